@@ -1,0 +1,241 @@
+"""The monitor's configuration: one pydantic model, loaded once at start.
+
+Every setting has a default that works on a fresh machine; a bad value stops the
+program before it touches any data, with the dotted path of the bad key.
+
+>>> cfg = MonitorConfig.model_validate({"features": [{"name": "hr", "min": 30, "max": 220}]})
+>>> cfg.window.size_seconds
+60.0
+>>> cfg.feature_names
+['hr']
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from monitor.errors import ConfigError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "ConfigError",
+    "Feature",
+    "ModelSettings",
+    "StreamSettings",
+    "WindowSettings",
+    "ReleaseSettings",
+    "BudgetSettings",
+    "MetricsSettings",
+    "MonitorConfig",
+    "load_config",
+]
+
+
+class _Strict(BaseModel):
+    # A typo in a key must not silently fall back to a default.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Feature(_Strict):
+    """One numeric feature of an event, with its PUBLIC bounds.
+
+    The bounds are used to scale the feature to [0, 1] (values outside are clipped).
+    They must come from domain knowledge, never from the data: scaling by the data's
+    own range would leak it (DESIGN 2.1).
+    """
+
+    name: str = Field(min_length=1, description="JSON field of the event that holds this feature.")
+    min: float = Field(description="Public lower bound; smaller values are clipped to it.")
+    max: float = Field(description="Public upper bound; larger values are clipped to it.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Feature":
+        if not (math.isfinite(self.min) and math.isfinite(self.max)):
+            raise ValueError("min and max must be finite numbers")
+        if self.max <= self.min:
+            raise ValueError(f"max ({self.max}) must be greater than min ({self.min})")
+        return self
+
+
+class ModelSettings(_Strict):
+    """The private grid-kNN model (DESIGN 2) that scores every event."""
+
+    path: Path = Field(Path("model.json"), description="Model file written by `monitor fit` and read by `monitor run`.")
+    epsilon: float = Field(1.0, gt=0, description="Privacy budget of the fit, charged to the reference ledger.")
+    bins: int | None = Field(None, ge=2, description="Bins per dimension; null chooses from the number of features.")
+    k: int | None = Field(None, ge=1, description="Neighbours for the kNN score; null chooses from the number of features.")
+    max_depth: int | None = Field(None, ge=0, description="How many cell rings to search; null chooses.")
+    weighted: bool = Field(False, description="Weighted kNN score (count-weighted distances) instead of the basic one.")
+    contamination: float | None = Field(0.05, gt=0, lt=0.5, description="Expected outlier rate; sets the flag threshold from the model's own noisy mass.")
+    threshold: float | None = Field(None, description="Explicit score threshold; overrides contamination.")
+
+
+class StreamSettings(_Strict):
+    """Kafka topics and client settings."""
+
+    bootstrap_servers: str | list[str] | None = Field(
+        None, description="Kafka brokers; null starts an embedded Tansu broker on 127.0.0.1."
+    )
+    input_topic: str = Field("events", min_length=1, description="Topic of JSON events to monitor.")
+    alerts_topic: str = Field("monitor.alerts", min_length=1, description="Topic receiving one JSON record per released window.")
+    dead_letter_topic: str = Field("monitor.dead-letter", min_length=1, description="Topic receiving malformed events with their reason.")
+    scores_topic: str | None = Field(None, description="Optional per-event score topic (inside the trust boundary only); null = off.")
+    group_id: str = Field("dp-outlier-monitor", min_length=1, description="Kafka consumer group.")
+    timestamp_field: str | None = Field("ts", description="Event-time field (epoch seconds or ISO 8601); null uses the Kafka record timestamp.")
+    entity_field: str | None = Field(None, description="Privacy unit field; at most one event per entity per window is kept.")
+    max_message_bytes: int = Field(65536, gt=0, description="Larger messages go to the dead-letter topic.")
+    kafka: dict[str, Any] = Field(default_factory=dict, description="Extra kafka-python settings passed through (SASL, TLS, ...).")
+    embedded_broker_port: int = Field(0, ge=0, le=65535, description="Port of the embedded broker; 0 picks a free one.")
+
+
+class WindowSettings(_Strict):
+    """Tumbling event-time windows."""
+
+    size_seconds: float = Field(60.0, gt=0, description="Window length.")
+    allowed_lateness_seconds: float = Field(5.0, ge=0, description="How long after its end a window waits for late events before it closes.")
+
+
+class ReleaseSettings(_Strict):
+    """What each window releases and the privacy share of each value (DESIGN 3)."""
+
+    k: int = Field(5, ge=1, description="An event is an outlier when fewer than k other events lie within radius.")
+    radius: float = Field(0.1, gt=0, description="Neighbourhood radius in the scaled [0,1] space (normalised distance).")
+    mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
+        "auto", description="Noise mechanism for outlier counts; auto picks from public parameters."
+    )
+    epsilon_count: float = Field(0.4, gt=0, description="Epsilon of the full-space outlier count.")
+    delta_count: float = Field(1e-6, ge=0, lt=1, description="Delta of the full-space outlier count.")
+    epsilon_flagged: float = Field(0.2, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
+    top_h: int = Field(3, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
+    subspace_dims: int = Field(1, ge=1, description="Dimension of the candidate subspaces.")
+    epsilon_top: float = Field(0.2, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
+    epsilon_top_count: float = Field(0.1, gt=0, description="Epsilon of each chosen subspace's count.")
+    delta_top_count: float = Field(1e-7, ge=0, lt=1, description="Delta of each chosen subspace's count.")
+
+    def window_cost(self) -> tuple[float, float]:
+        """(epsilon, delta) one released window costs, by basic composition of its parts."""
+        eps = self.epsilon_count + self.epsilon_flagged
+        delta = self.delta_count
+        if self.top_h:
+            eps += self.epsilon_top + self.top_h * self.epsilon_top_count
+            delta += self.top_h * self.delta_top_count
+        return eps, delta
+
+
+class BudgetSettings(_Strict):
+    """The budget accountant (DESIGN 4)."""
+
+    period_seconds: float = Field(86400.0, gt=0, description="Rolling period the budget applies to.")
+    epsilon: float = Field(20.0, gt=0, description="Total epsilon per privacy unit per period.")
+    delta: float = Field(1e-5, ge=0, lt=1, description="Total delta per privacy unit per period.")
+    accountant: Literal["basic", "pld"] = Field("basic", description="Composition: basic sums, or privacy-loss distributions (tighter).")
+    ledger: Path = Field(Path("monitor-ledger.sqlite"), description="SQLite ledger of released windows.")
+    reference_epsilon: float = Field(5.0, gt=0, description="Total epsilon for the reference data (fit and identify queries).")
+    reference_ledger: Path = Field(Path("reference-ledger.sqlite"), description="SQLite ledger of the reference data.")
+
+
+class MetricsSettings(_Strict):
+    """The Prometheus endpoint."""
+
+    host: str = Field("127.0.0.1", description="Address to serve /metrics on.")
+    port: int = Field(9108, ge=0, le=65535, description="Port to serve /metrics on; 0 picks a free one.")
+    outlier_alert_level: float = Field(10.0, description="Released outlier count above which the surge alert counts a window.")
+
+
+class MonitorConfig(_Strict):
+    """The whole configuration file."""
+
+    features: list[Feature] = Field(min_length=1, description="Numeric features with public bounds.")
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    stream: StreamSettings = Field(default_factory=StreamSettings)
+    window: WindowSettings = Field(default_factory=WindowSettings)
+    release: ReleaseSettings = Field(default_factory=ReleaseSettings)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+
+    @field_validator("features")
+    @classmethod
+    def _unique_names(cls, features: list[Feature]) -> list[Feature]:
+        seen: set[str] = set()
+        for f in features:
+            if f.name in seen:
+                raise ValueError(f"feature name {f.name!r} appears twice")
+            seen.add(f.name)
+        return features
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "MonitorConfig":
+        if self.release.subspace_dims > len(self.features):
+            raise ValueError(
+                f"release.subspace_dims ({self.release.subspace_dims}) exceeds the number of features ({len(self.features)})"
+            )
+        eps, delta = self.release.window_cost()
+        if eps > self.budget.epsilon or delta > self.budget.delta:
+            raise ValueError(
+                f"one window costs (epsilon={eps:g}, delta={delta:g}), more than the period budget "
+                f"(epsilon={self.budget.epsilon:g}, delta={self.budget.delta:g}): no window could ever be released"
+            )
+        return self
+
+    @property
+    def feature_names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    @property
+    def bounds(self) -> "list[tuple[float, float]]":
+        """Public (min, max) per feature, in feature order."""
+        return [(f.min, f.max) for f in self.features]
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (check its spelling)"
+        lines.append(f"  {path}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> MonitorConfig:
+    """Validate an already-parsed mapping; raise ConfigError naming each bad key."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration in {source}: the top level must be a mapping of keys")
+    try:
+        return MonitorConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err, source)) from None
+
+
+def load_config(path: str | Path) -> MonitorConfig:
+    """Read and validate a YAML config file.
+
+    Relative paths inside it (model, ledgers) are resolved against the file's folder,
+    so the monitor behaves the same whatever directory it is started from.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read configuration {path}: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"configuration {path} is not valid YAML: {err}") from None
+    cfg = parse_config(data, str(path))
+    return _resolve_paths(cfg, path.parent)
+
+
+def _resolve_paths(cfg: MonitorConfig, base: Path) -> MonitorConfig:
+    def rel(p: Path) -> Path:
+        return p if p.is_absolute() else (base / p)
+
+    model = cfg.model.model_copy(update={"path": rel(cfg.model.path)})
+    budget = cfg.budget.model_copy(
+        update={"ledger": rel(cfg.budget.ledger), "reference_ledger": rel(cfg.budget.reference_ledger)}
+    )
+    return cfg.model_copy(update={"model": model, "budget": budget})

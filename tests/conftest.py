@@ -1,0 +1,59 @@
+"""Shared fixtures: a real Kafka-protocol broker, the shared datasets, seeds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+
+
+def _docker_engine_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap():
+    """bootstrap_servers of a real broker for the whole session.
+
+    testcontainers' Kafka where a Docker engine runs; otherwise the embedded Tansu
+    broker (the same one `monitor demo` uses) on 127.0.0.1.
+    """
+    if _docker_engine_available() and not os.environ.get("MONITOR_TEST_FORCE_TANSU"):
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer() as kafka:
+            yield kafka.get_bootstrap_server()
+        return
+    from monitor.stream.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap_servers
+
+
+@pytest.fixture
+def fresh_broker():
+    """A broker of one's own, for tests that kill or restart it."""
+    from monitor.stream.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def shared_datasets() -> Path:
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"shared datasets not found at {SHARED_DATASETS}")
+    return SHARED_DATASETS

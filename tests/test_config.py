@@ -1,0 +1,46 @@
+from pathlib import Path
+
+import pytest
+
+from monitor.config import ConfigError, load_config, parse_config
+
+REPO = Path(__file__).resolve().parent.parent
+BASE = {"features": [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}]}
+
+
+def test_repository_config_is_valid():
+    cfg = load_config(REPO / "config.yaml")
+    assert cfg.feature_names[0] == "heart_rate"
+    assert cfg.model.path.is_absolute() or cfg.model.path.parent == REPO
+
+
+def test_unknown_key_names_its_path():
+    with pytest.raises(ConfigError, match=r"window\.size_second: unknown key"):
+        parse_config({**BASE, "window": {"size_second": 3}})
+
+
+def test_bad_bounds_name_the_feature():
+    with pytest.raises(ConfigError, match=r"features\.1: max \(60.0\) must be greater than min \(70.0\)"):
+        parse_config({"features": [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 60}]})
+
+
+def test_negative_epsilon_is_refused():
+    with pytest.raises(ConfigError, match=r"release\.epsilon_count"):
+        parse_config({**BASE, "release": {"epsilon_count": -1}})
+
+
+def test_window_costing_more_than_the_budget_is_refused():
+    with pytest.raises(ConfigError, match="more than the period budget"):
+        parse_config({**BASE, "budget": {"epsilon": 0.5}})
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path):
+    (tmp_path / "c.yaml").write_text("features:\n  - {name: a, min: 0, max: 1}\nmodel: {path: m.json}\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert cfg.model.path == tmp_path / "m.json"
+    assert cfg.budget.ledger == tmp_path / "monitor-ledger.sqlite"
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read configuration"):
+        load_config(tmp_path / "nope.yaml")
