@@ -17,9 +17,9 @@ from monitor.errors import MonitorError
 
 # (name, one-line help, module whose configure_<name>() sets up the parser)
 COMMANDS: list[tuple[str, str, str]] = [
-    ("demo", "run the whole job on embedded defaults: broker, model, simulated events, live releases", "monitor.stream.cli"),
+    ("demo", "run the whole job on embedded defaults: broker, model, simulated events, live releases", "monitor.stream.demo"),
     ("run", "run the monitor on a Kafka topic", "monitor.stream.cli"),
-    ("simulate", "produce simulated sensor events with an injected anomaly burst", "monitor.stream.cli"),
+    ("simulate", "produce simulated sensor events with an injected anomaly burst", "monitor.stream.simulate"),
     ("fit", "fit the private grid-kNN model on reference data and write the model file", "monitor.model.cli"),
     ("score", "score events from a file with a model file", "monitor.model.cli"),
     ("budget", "print the privacy ledgers: what was spent, what is left", "monitor.budget.cli"),
