@@ -122,11 +122,14 @@ class NoiseSource:
 
     # -- selection ----------------------------------------------------------------------
     def top_k(self, scores: Sequence[float], k: int, scale: float) -> list[int]:
-        """Indices of the k largest of ``scores + Gumbel(scale)``, best first.
+        """Indices of the k largest of ``scores + Exponential(scale)`` noise, best first.
 
-        This is the exponential mechanism applied k times without replacement: with
-        scores of sensitivity Delta (in either direction), it is (k * 2 Delta / scale)-DP.
-        Production uses OpenDP's ``make_noisy_top_k`` (max-divergence).
+        Report-noisy-max with exponential noise is permute-and-flip (McKenna & Sheldon
+        2020): for scores of sensitivity Delta (in either direction) each pick is
+        (2 Delta / scale)-DP, the same guarantee as the exponential mechanism with
+        weights exp(score / scale), and never less accurate than it. k picks without
+        replacement are (k * 2 Delta / scale)-DP. Production uses OpenDP's
+        ``make_noisy_top_k`` (max-divergence), whose privacy map gives exactly that.
         """
         _check_scale(scale)
         scores = np.asarray(scores, dtype=float)
@@ -135,7 +138,7 @@ class NoiseSource:
         if not np.all(np.isfinite(scores)):
             raise ValueError("scores must be finite")
         if self._seeded:
-            noisy = scores + self.generator.gumbel(0.0, scale, scores.size)
+            noisy = scores + self.generator.exponential(scale, scores.size)
             return [int(i) for i in np.argsort(-noisy, kind="stable")[:k]]
         return [int(i) for i in _opendp_top_k(int(k), float(scale))(scores.tolist())]
 

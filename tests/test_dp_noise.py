@@ -1,0 +1,99 @@
+"""The noise sources: seeded reproducibility, the production path's distributions, selection."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from monitor.dp import NoiseSource, laplace_count, noise_source
+
+
+def test_seeded_sources_reproduce_and_production_does_not_claim_to():
+    a, b = noise_source(11), noise_source(11)
+    assert a.seeded and b.seeded
+    assert a.laplace(1.0, 5).tolist() == b.laplace(1.0, 5).tolist()
+    assert not noise_source(None).seeded
+    src = noise_source(3)
+    assert noise_source(src) is src
+
+
+def test_rng_of_the_wrong_type_is_refused():
+    with pytest.raises(TypeError, match="rng must be"):
+        noise_source("seed")
+    with pytest.raises(TypeError):
+        noise_source(True)
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, math.inf, math.nan])
+def test_bad_scales_are_refused(scale):
+    with pytest.raises(ValueError, match="scale"):
+        noise_source(1).laplace(scale)
+
+
+# The production path (OpenDP, OS randomness) cannot be seeded, so its checks are
+# goodness-of-fit tests at a significance level that makes a false failure negligible.
+ALPHA = 1e-6
+
+
+def test_production_laplace_has_the_laplace_distribution():
+    x = noise_source(None).laplace(2.5, 20000)
+    assert stats.kstest(x, stats.laplace(scale=2.5).cdf).pvalue > ALPHA
+
+
+def test_production_gaussian_has_the_normal_distribution():
+    x = noise_source(None).gaussian(3.0, 20000)
+    assert stats.kstest(x, stats.norm(scale=3.0).cdf).pvalue > ALPHA
+
+
+def test_production_student_t_has_the_t_distribution():
+    x = noise_source(None).student_t(3, 1.5, 20000)
+    assert stats.kstest(x, stats.t(df=3, scale=1.5).cdf).pvalue > ALPHA
+
+
+def test_seeded_student_t_has_the_t_distribution():
+    x = noise_source(5).student_t(4, 2.0, 20000)
+    assert stats.kstest(x, stats.t(df=4, scale=2.0).cdf).pvalue > ALPHA
+
+
+def _first_pick_counts(src, scores, scale, n):
+    return np.bincount([src.top_k(scores, 1, scale)[0] for _ in range(n)], minlength=len(scores))
+
+
+def test_seeded_top_k_draws_the_same_distribution_as_opendp():
+    scores = [0.0, 1.0, 2.0]
+    prod = _first_pick_counts(noise_source(None), scores, 1.0, 4000)
+    seeded = _first_pick_counts(noise_source(7), scores, 1.0, 4000)
+    assert stats.chi2_contingency(np.vstack([prod, seeded])).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("rng", [None, 8])
+def test_top_k_respects_its_privacy_bound_on_neighbouring_scores(rng):
+    """Scores that each move by at most 1 change every pick's probability by at most e^(2/scale)."""
+    src, scale, n = noise_source(rng), 2.0, 6000
+    a = _first_pick_counts(src, [0.0, 1.0, 2.0], scale, n) / n
+    b = _first_pick_counts(src, [1.0, 1.0, 1.0], scale, n) / n
+    bound = math.exp(2 / scale)
+    # Sampling error: every probability here is above 0.15, so 6000 draws give a few % relative error.
+    assert np.all(a <= bound * b * 1.15) and np.all(b <= bound * a * 1.15)
+    # And the mechanism does prefer the best score.
+    assert a[2] > a[1] > a[0]
+
+
+def test_top_k_returns_distinct_indices_best_first_when_noise_is_small():
+    src = noise_source(0)
+    assert src.top_k([3.0, 10.0, 7.0, -2.0], 3, 1e-6) == [1, 2, 0]
+    with pytest.raises(ValueError, match="between 1 and"):
+        src.top_k([1.0, 2.0], 3, 1.0)
+
+
+def test_laplace_count_is_unbiased_with_scale_sensitivity_over_epsilon():
+    src = NoiseSource(np.random.default_rng(1))
+    values = np.array([laplace_count(40, epsilon=0.5, sensitivity=2.0, rng=src).value for _ in range(4000)])
+    assert abs(values.mean() - 40) < 0.5
+    # Laplace(b) has standard deviation b * sqrt(2); b = 2 / 0.5 = 4.
+    assert values.std() == pytest.approx(4 * math.sqrt(2), rel=0.08)
+    r = laplace_count(3, epsilon=1.0, rng=2)
+    assert (r.epsilon, r.delta, r.mechanism) == (1.0, 0.0, "laplace_global")
+    with pytest.raises(ValueError, match="epsilon"):
+        laplace_count(3, epsilon=0.0)
