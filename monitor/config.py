@@ -94,7 +94,7 @@ class StreamSettings(_Strict):
 class WindowSettings(_Strict):
     """Tumbling event-time windows."""
 
-    size_seconds: float = Field(60.0, gt=0, description="Window length.")
+    size_seconds: float = Field(300.0, gt=0, description="Window length.")
     allowed_lateness_seconds: float = Field(5.0, ge=0, description="How long after its end a window waits for late events before it closes.")
 
 
@@ -106,14 +106,14 @@ class ReleaseSettings(_Strict):
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
         "auto", description="Noise mechanism for outlier counts; auto picks from public parameters."
     )
-    epsilon_count: float = Field(0.4, gt=0, description="Epsilon of the full-space outlier count.")
-    delta_count: float = Field(1e-6, ge=0, lt=1, description="Delta of the full-space outlier count.")
-    epsilon_flagged: float = Field(0.2, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
-    top_h: int = Field(3, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
+    epsilon_count: float = Field(0.1, gt=0, description="Epsilon of the full-space outlier count.")
+    delta_count: float = Field(1e-9, ge=0, lt=1, description="Delta of the full-space outlier count.")
+    epsilon_flagged: float = Field(0.05, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
+    top_h: int = Field(2, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
     subspace_dims: int = Field(1, ge=1, description="Dimension of the candidate subspaces.")
-    epsilon_top: float = Field(0.2, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
-    epsilon_top_count: float = Field(0.1, gt=0, description="Epsilon of each chosen subspace's count.")
-    delta_top_count: float = Field(1e-7, ge=0, lt=1, description="Delta of each chosen subspace's count.")
+    epsilon_top: float = Field(0.05, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
+    epsilon_top_count: float = Field(0.025, gt=0, description="Epsilon of each chosen subspace's count.")
+    delta_top_count: float = Field(1e-10, ge=0, lt=1, description="Delta of each chosen subspace's count.")
 
     def window_cost(self) -> tuple[float, float]:
         """(epsilon, delta) one released window costs, by basic composition of its parts."""
@@ -129,9 +129,9 @@ class BudgetSettings(_Strict):
     """The budget accountant (DESIGN 4)."""
 
     period_seconds: float = Field(86400.0, gt=0, description="Rolling period the budget applies to.")
-    epsilon: float = Field(20.0, gt=0, description="Total epsilon per privacy unit per period.")
+    epsilon: float = Field(30.0, gt=0, description="Total epsilon per privacy unit per period.")
     delta: float = Field(1e-5, ge=0, lt=1, description="Total delta per privacy unit per period.")
-    accountant: Literal["basic", "pld"] = Field("basic", description="Composition: basic sums, or privacy-loss distributions (tighter).")
+    accountant: Literal["basic", "pld"] = Field("pld", description="Composition: basic sums, or privacy-loss distributions (tighter).")
     ledger: Path = Field(Path("monitor-ledger.sqlite"), description="SQLite ledger of released windows.")
     reference_epsilon: float = Field(5.0, gt=0, description="Total epsilon for the reference data (fit and identify queries).")
     reference_ledger: Path = Field(Path("reference-ledger.sqlite"), description="SQLite ledger of the reference data.")

@@ -31,7 +31,7 @@ def test_negative_epsilon_is_refused():
 
 def test_window_costing_more_than_the_budget_is_refused():
     with pytest.raises(ConfigError, match="more than the period budget"):
-        parse_config({**BASE, "budget": {"epsilon": 0.5}})
+        parse_config({**BASE, "budget": {"epsilon": 0.2}})
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path):

@@ -1,0 +1,192 @@
+"""The stream's budget: may this window be released, given what the rolling period spent?
+
+Each window costs a fixed, configured (epsilon, delta), and the decision looks only at
+the calendar (window times) and the ledger, never at the data (DESIGN 4): a suppressed
+window therefore reveals nothing but the schedule.
+
+Guarantee. For every interval (t - period, t], the windows released with their end in
+it compose (basic sums, or PLD) to within (epsilon, delta) per privacy unit.
+
+Why checking the trailing interval is enough. The set of windows ending in an interval
+only grows when a window is added, and composition is monotone (a subset of the events
+never costs more). Adding window W (end e_W) changes only the intervals that contain
+e_W; when windows are released in time order, every window in such an interval ends at
+or before e_W, so its set is a subset of the trailing set (e_W - period, e_W]. If the
+trailing set plus W is within budget, so is every other interval. Should a window ever
+arrive out of order, ``decide`` also checks the trailing interval of every later
+released window within one period, so the guarantee does not rest on the ordering.
+
+>>> import tempfile, pathlib
+>>> from monitor.budget.ledger import WindowLedger
+>>> ledger = WindowLedger(pathlib.Path(tempfile.mkdtemp()) / "l.sqlite")
+>>> acc = BudgetAccountant(ledger, epsilon=2.0, delta=1e-5, period_seconds=3600)
+>>> [acc.release(t, t + 60, (1.0, 1e-6), lambda d: '{"n": 1}').entry.status for t in (0, 60, 120)]
+['released', 'released', 'suppressed']
+>>> acc.spent(180.0), acc.remaining(180.0)
+((2.0, 2e-06), 0.0)
+>>> acc.remaining(3600.0 + 61)  # the first window (end 60) has left the period
+1.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from monitor.budget.composition import AccountantKind, Cost, fits, spend
+from monitor.budget.ledger import LedgerEntry, WindowLedger
+
+__all__ = ["BudgetAccountant", "Decision", "ReleaseOutcome"]
+
+
+def _plus_one(counts: dict[Cost, int], cost: Cost) -> dict[Cost, int]:
+    return {**counts, cost: counts.get(cost, 0) + 1}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a window may be released, and the period's spend after the decision.
+
+    ``epsilon_spent`` / ``delta_spent`` cover the released windows ending in
+    (window_end - period, window_end], this one included if it is released. With the
+    PLD accountant the spend is (epsilon at delta_limit, delta_limit).
+    """
+
+    released: bool
+    window_start: float
+    window_end: float
+    cost: Cost
+    epsilon_spent: float
+    delta_spent: float
+    windows_in_period: int
+    epsilon_limit: float
+    delta_limit: float
+    period_seconds: float
+    accountant: AccountantKind
+
+    @property
+    def epsilon_remaining(self) -> float:
+        return max(0.0, self.epsilon_limit - self.epsilon_spent)
+
+    def budget_record(self) -> dict[str, Any]:
+        """The ``budget`` object of the alert record (DEVELOPERS.md)."""
+        return {
+            "accountant": self.accountant,
+            "period_seconds": self.period_seconds,
+            "epsilon_spent": self.epsilon_spent,
+            "epsilon_remaining": self.epsilon_remaining,
+            "delta_limit": self.delta_limit,
+        }
+
+
+@dataclass(frozen=True)
+class ReleaseOutcome:
+    """What ``BudgetAccountant.release`` did.
+
+    ``entry`` is what the ledger holds for the window (publish ``entry.payload`` if
+    ``entry.released``). ``decision`` is None when the window was already in the
+    ledger: then nothing was decided, drawn or charged (``replayed`` is True).
+    """
+
+    entry: LedgerEntry
+    decision: Decision | None
+
+    @property
+    def replayed(self) -> bool:
+        return self.decision is None
+
+
+class BudgetAccountant:
+    """Per-privacy-unit (epsilon, delta) budget over a rolling period, kept in a WindowLedger.
+
+    ``accountant="basic"`` sums epsilons and deltas; ``"pld"`` composes privacy-loss
+    distributions (dp-accounting) and admits more windows for the same guarantee.
+    """
+
+    def __init__(
+        self, ledger: WindowLedger, epsilon: float, delta: float, period_seconds: float, accountant: AccountantKind = "basic"
+    ) -> None:
+        if not (epsilon > 0 and math.isfinite(epsilon)):
+            raise ValueError(f"epsilon must be positive and finite, got {epsilon}")
+        if not 0 <= delta < 1:
+            raise ValueError(f"delta must be in [0, 1), got {delta}")
+        if not period_seconds > 0:
+            raise ValueError(f"period_seconds must be positive, got {period_seconds}")
+        if accountant not in ("basic", "pld"):
+            raise ValueError(f"accountant must be 'basic' or 'pld', got {accountant!r}")
+        self.ledger = ledger
+        self.epsilon = float(epsilon)
+        self.delta = float(delta)
+        self.period_seconds = float(period_seconds)
+        self.accountant: AccountantKind = accountant
+
+    def decide(self, window_start: float, window_end: float, cost: Cost) -> Decision:
+        """May the window [window_start, window_end) costing ``cost`` be released?
+
+        Looks only at window times and the ledger. Does not record anything.
+        """
+        cost = (float(cost[0]), float(cost[1]))
+        period = self.period_seconds
+        lim = (self.accountant, self.epsilon, self.delta)
+        in_period = self.ledger.charge_counts(window_end - period, window_end)
+        released = fits(_plus_one(in_period, cost), *lim)
+        # Only if windows were released out of order: every later released window's
+        # trailing period that would also contain this one must stay within budget.
+        later = self.ledger.charges(window_end, math.nextafter(window_end + period, -math.inf))
+        for end in sorted({c.window_end for c in later}):
+            if not released:
+                break
+            released = fits(_plus_one(self.ledger.charge_counts(end - period, end), cost), *lim)
+        if released:
+            in_period = _plus_one(in_period, cost)
+        eps, delta = spend(in_period, self.accountant, self.delta)
+        return Decision(
+            released=released,
+            window_start=window_start,
+            window_end=window_end,
+            cost=cost,
+            epsilon_spent=eps,
+            delta_spent=delta,
+            windows_in_period=sum(in_period.values()),
+            epsilon_limit=self.epsilon,
+            delta_limit=self.delta,
+            period_seconds=period,
+            accountant=self.accountant,
+        )
+
+    def release(
+        self, window_start: float, window_end: float, cost: Cost, payload_fn: Callable[[Decision], str | bytes]
+    ) -> ReleaseOutcome:
+        """Decide, draw and record one window as a single durable step.
+
+        - Window already in the ledger (e.g. after a crash): return its stored entry;
+          ``payload_fn`` is not called, nothing is charged.
+        - Budget allows it: call ``payload_fn(decision)`` (draw the noise, build the
+          alert record with ``decision.budget_record()``) and store the result.
+        - Otherwise: record the window as suppressed (reason ``budget``).
+
+        Everything happens under the ledger's write lock and commits at the end: if
+        the process dies before the commit, nothing is stored and nothing was
+        published, so the window is simply decided again after the restart (any noise
+        drawn before the crash never left the process). After the commit, the service
+        publishes ``entry.payload`` and calls ``ledger.mark_published``.
+        """
+        with self.ledger.transaction():
+            existing = self.ledger.get(window_start)
+            if existing is not None:
+                return ReleaseOutcome(existing, None)
+            decision = self.decide(window_start, window_end, cost)
+            if decision.released:
+                entry = self.ledger.record_release(window_start, window_end, *decision.cost, payload_fn(decision))
+            else:
+                entry = self.ledger.record_suppressed(window_start, window_end, reason="budget")
+        return ReleaseOutcome(entry, decision)
+
+    def spent(self, at: float) -> tuple[float, float]:
+        """(epsilon, delta) spent by the released windows ending in (at - period, at]."""
+        return spend(self.ledger.charge_counts(at - self.period_seconds, at), self.accountant, self.delta)
+
+    def remaining(self, at: float) -> float:
+        """Epsilon left in the period ending at ``at`` (never negative)."""
+        return max(0.0, self.epsilon - self.spent(at)[0])

@@ -1,0 +1,176 @@
+"""``monitor budget``: what the privacy ledgers have spent and what is left.
+
+Reads both ledgers named in the config while the service may be writing them (SQLite
+WAL: readers never block the writer). A missing ledger file means nothing was spent;
+the command says so and does not create the file.
+
+>>> import argparse
+>>> p = argparse.ArgumentParser(); configure_budget(p)
+>>> p.parse_args(["--config", "c.yaml", "--json"]).json
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["configure_budget", "budget_report", "run_budget"]
+
+RECENT_WINDOWS = 10
+
+
+def configure_budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=Path("config.yaml"), help="monitor config file (default: config.yaml)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    parser.add_argument(
+        "--at",
+        type=float,
+        default=None,
+        help="event time (epoch seconds) whose rolling period to report; default: end of the last recorded window",
+    )
+    parser.set_defaults(func=run_budget)
+
+
+def budget_report(config: Any, at: float | None = None) -> dict[str, Any]:
+    """Both ledgers as one JSON-ready dict. ``config`` is a MonitorConfig."""
+    return {"stream": _stream_report(config, at), "reference": _reference_report(config)}
+
+
+def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
+    from monitor.budget.accountant import BudgetAccountant
+    from monitor.budget.ledger import WindowLedger
+
+    b = config.budget
+    eps_cost, delta_cost = config.release.window_cost()
+    report: dict[str, Any] = {
+        "ledger": str(b.ledger),
+        "exists": b.ledger.exists(),
+        "accountant": b.accountant,
+        "period_seconds": b.period_seconds,
+        "epsilon_limit": b.epsilon,
+        "delta_limit": b.delta,
+        "window_cost": {"epsilon": eps_cost, "delta": delta_cost},
+    }
+    if not report["exists"]:
+        return report
+    with WindowLedger(b.ledger) as led:
+        acc = BudgetAccountant(led, b.epsilon, b.delta, b.period_seconds, b.accountant)
+        at = led.last_window_end() if at is None else at
+        report["at"] = at
+        if at is None:
+            return report
+        eps, delta = acc.spent(at)
+        entries = led.entries()
+        report.update(
+            period_start=at - b.period_seconds,
+            in_period=led.counts(at - b.period_seconds, at),
+            epsilon_spent=eps,
+            delta_spent=delta,
+            epsilon_remaining=max(0.0, b.epsilon - eps),
+            all_time={
+                "released": sum(e.released for e in entries),
+                "suppressed": sum(not e.released for e in entries),
+            },
+            unpublished=len(led.unpublished()),
+            recent=[
+                {
+                    "window_start": e.window_start,
+                    "window_end": e.window_end,
+                    "status": e.status,
+                    "epsilon": e.epsilon,
+                    "delta": e.delta,
+                    "published": e.published,
+                    "reason": e.reason,
+                }
+                for e in entries[-RECENT_WINDOWS:]
+            ],
+        )
+    return report
+
+
+def _reference_report(config: Any) -> dict[str, Any]:
+    from monitor.budget.reference import ReferenceLedger
+
+    b = config.budget
+    report: dict[str, Any] = {"ledger": str(b.reference_ledger), "exists": b.reference_ledger.exists(), "epsilon_limit": b.reference_epsilon}
+    if not report["exists"]:
+        return report
+    with ReferenceLedger(b.reference_ledger, b.reference_epsilon) as ref:
+        eps, delta = ref.spent()
+        report.update(
+            epsilon_spent=eps,
+            delta_spent=delta,
+            epsilon_remaining=ref.remaining(),
+            charges=[
+                {"charged_at": c.charged_at, "purpose": c.purpose, "epsilon": c.epsilon, "delta": c.delta, "note": c.note}
+                for c in ref.entries()
+            ],
+        )
+    return report
+
+
+def run_budget(args: argparse.Namespace) -> int:
+    from monitor.config import load_config
+
+    report = budget_report(load_config(args.config), at=args.at)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _render(report)
+    return 0
+
+
+def _time(t: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _render(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    s = report["stream"]
+    if not s["exists"] or s.get("at") is None:
+        console.print(f"Stream ledger [bold]{s['ledger']}[/]: no window recorded yet, nothing has been spent.")
+    else:
+        summary = Table(title=f"Stream budget ({s['accountant']} accountant), period ending {_time(s['at'])}", show_header=False)
+        summary.add_column(style="bold")
+        summary.add_column()
+        summary.add_row("rolling period", f"{s['period_seconds']:g} s, from {_time(s['period_start'])}")
+        summary.add_row("windows released / suppressed", f"{s['in_period']['released']} / {s['in_period']['suppressed']} in the period "
+                        f"({s['all_time']['released']} / {s['all_time']['suppressed']} in all)")
+        summary.add_row("epsilon spent / limit", f"{s['epsilon_spent']:.4g} / {s['epsilon_limit']:g}")
+        summary.add_row("epsilon left", f"{s['epsilon_remaining']:.4g}")
+        summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}")
+        summary.add_row("one window costs", f"epsilon {s['window_cost']['epsilon']:g}, delta {s['window_cost']['delta']:.3g}")
+        summary.add_row("awaiting republish", str(s["unpublished"]))
+        summary.add_row("ledger", s["ledger"])
+        console.print(summary)
+        recent = Table(title="Latest windows")
+        for col in ("start", "end", "status", "epsilon", "delta", "published"):
+            recent.add_column(col)
+        for w in s["recent"]:
+            status = w["status"] if w["reason"] is None else f"{w['status']} ({w['reason']})"
+            recent.add_row(_time(w["window_start"]), _time(w["window_end"]), status, f"{w['epsilon']:g}", f"{w['delta']:.3g}",
+                           "-" if w["status"] != "released" else "yes" if w["published"] else "no")
+        console.print(recent)
+
+    r = report["reference"]
+    if not r["exists"]:
+        console.print(f"Reference ledger [bold]{r['ledger']}[/]: no query recorded yet, nothing has been spent "
+                      f"(limit epsilon {r['epsilon_limit']:g}).")
+        return
+    charges = Table(title=f"Reference budget: spent {r['epsilon_spent']:.4g} of {r['epsilon_limit']:g}, "
+                          f"{r['epsilon_remaining']:.4g} left (delta spent {r['delta_spent']:.3g})")
+    for col in ("when", "purpose", "epsilon", "delta", "note"):
+        charges.add_column(col)
+    for c in r["charges"]:
+        charges.add_row(_time(c["charged_at"]), c["purpose"], f"{c['epsilon']:g}", f"{c['delta']:.3g}", c["note"])
+    console.print(charges)

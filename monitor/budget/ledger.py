@@ -1,0 +1,230 @@
+"""The window ledger: one durable row per scheduled window, released or suppressed.
+
+The ledger is what makes "a window is released at most once" true across crashes
+(DESIGN 4). The stream service records a window's alert record here *before* it
+publishes it; after a crash it republishes the stored bytes (``unpublished()``),
+never a fresh draw of noise, and the budget is never charged twice because the
+window start is the primary key and a second record of the same window is a no-op.
+
+>>> import tempfile, pathlib
+>>> ledger = WindowLedger(pathlib.Path(tempfile.mkdtemp()) / "ledger.sqlite")
+>>> e = ledger.record_release(0.0, 60.0, 1.0, 1e-6, '{"value": 3.2}')
+>>> e.status, e.payload, e.published
+('released', '{"value": 3.2}', False)
+>>> ledger.record_release(0.0, 60.0, 1.0, 1e-6, '{"value": 9.9}').payload  # already there: unchanged
+'{"value": 3.2}'
+>>> [w.window_start for w in ledger.unpublished()]
+[0.0]
+>>> ledger.mark_published(0.0); ledger.unpublished()
+[]
+>>> ledger.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+from monitor.budget._sqlite import Transactions, open_ledger
+
+__all__ = ["WindowLedger", "LedgerEntry", "Charge"]
+
+_SCHEMA = [
+    """CREATE TABLE windows (
+        window_start REAL PRIMARY KEY,
+        window_end   REAL NOT NULL,
+        status       TEXT NOT NULL CHECK (status IN ('released', 'suppressed')),
+        epsilon      REAL NOT NULL,
+        delta        REAL NOT NULL,
+        payload      BLOB,            -- the alert record's UTF-8 bytes, exactly as published
+        reason       TEXT,            -- why a window was suppressed
+        recorded_at  REAL NOT NULL,   -- wall clock when the row was written
+        published    INTEGER NOT NULL DEFAULT 0,
+        CHECK ((status = 'released') = (payload IS NOT NULL))
+    )""",
+    # Covering index: the accountant's per-period GROUP BY never touches the payloads.
+    "CREATE INDEX windows_by_end ON windows (window_end, status, epsilon, delta)",
+]
+
+_COLUMNS = "window_start, window_end, status, epsilon, delta, payload, reason, recorded_at, published"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One window as the ledger holds it. ``payload`` is None for suppressed windows."""
+
+    window_start: float
+    window_end: float
+    status: Literal["released", "suppressed"]
+    epsilon: float
+    delta: float
+    payload: str | None
+    published: bool
+    reason: str | None = None
+    recorded_at: float = 0.0
+
+    @property
+    def released(self) -> bool:
+        return self.status == "released"
+
+
+class Charge(NamedTuple):
+    """What a released window cost, without its payload (what the accountant reads)."""
+
+    window_end: float
+    epsilon: float
+    delta: float
+
+
+def _entry(row: tuple) -> LedgerEntry:
+    start, end, status, eps, delta, payload, reason, recorded_at, published = row
+    return LedgerEntry(
+        window_start=start,
+        window_end=end,
+        status=status,
+        epsilon=eps,
+        delta=delta,
+        payload=None if payload is None else bytes(payload).decode("utf-8"),
+        published=bool(published),
+        reason=reason,
+        recorded_at=recorded_at,
+    )
+
+
+def _check_window(window_start: float, window_end: float) -> None:
+    if not (math.isfinite(window_start) and math.isfinite(window_end) and window_end > window_start):
+        raise ValueError(f"window must have finite start < end, got [{window_start}, {window_end})")
+
+
+class WindowLedger:
+    """Durable record of every scheduled window (SQLite WAL, fsync at commit).
+
+    Safe for one writer process (several threads) and any number of concurrent
+    readers in other processes, such as ``monitor budget``.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._tx = Transactions(open_ledger(self.path, kind="window", schema=_SCHEMA))
+
+    def close(self) -> None:
+        self._tx.close()
+
+    def transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """Hold the write lock across several calls of this ledger; they commit (and
+        are fsynced) together, or vanish together if the block raises or the process dies."""
+        return self._tx.write()
+
+    def __enter__(self) -> "WindowLedger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, window_start: float) -> LedgerEntry | None:
+        """The stored entry of the window starting at ``window_start``, or None."""
+        with self._tx.read() as conn:
+            return self._get(conn, window_start)
+
+    @staticmethod
+    def _get(conn: sqlite3.Connection, window_start: float) -> LedgerEntry | None:
+        row = conn.execute(f"SELECT {_COLUMNS} FROM windows WHERE window_start = ?", (window_start,)).fetchone()
+        return None if row is None else _entry(row)
+
+    def _insert_once(
+        self, window_start: float, window_end: float, status: str, eps: float, delta: float, payload: bytes | None, reason: str | None
+    ) -> LedgerEntry:
+        # Insert-or-return-existing under one write lock: whatever was stored first wins,
+        # so a window is never charged twice, even if the caller retries after a crash.
+        with self._tx.write() as conn:
+            conn.execute(
+                f"INSERT INTO windows ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (window_start) DO NOTHING",
+                (window_start, window_end, status, eps, delta, payload, reason, time.time()),
+            )
+            entry = self._get(conn, window_start)
+        assert entry is not None
+        return entry
+
+    def record_release(self, window_start: float, window_end: float, epsilon: float, delta: float, payload: str | bytes) -> LedgerEntry:
+        """Store a released window and its alert record; return the stored entry.
+
+        If the window is already in the ledger (released or suppressed), nothing is
+        written and the existing entry is returned: check ``entry.payload`` against
+        what you were about to publish, and publish the stored one.
+        """
+        _check_window(window_start, window_end)
+        if not (math.isfinite(epsilon) and epsilon >= 0 and 0 <= delta < 1):
+            raise ValueError(f"window cost must have epsilon >= 0 and 0 <= delta < 1, got ({epsilon}, {delta})")
+        data = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
+        data.decode("utf-8")  # refuse non-UTF-8 now rather than at republish time
+        return self._insert_once(window_start, window_end, "released", float(epsilon), float(delta), data, None)
+
+    def record_suppressed(self, window_start: float, window_end: float, reason: str = "budget") -> LedgerEntry:
+        """Store a window that was not released (costs nothing); idempotent like ``record_release``."""
+        _check_window(window_start, window_end)
+        return self._insert_once(window_start, window_end, "suppressed", 0.0, 0.0, None, reason)
+
+    def mark_published(self, window_start: float) -> None:
+        """Note that the window's alert record reached the alerts topic."""
+        with self._tx.write() as conn:
+            conn.execute("UPDATE windows SET published = 1 WHERE window_start = ? AND status = 'released'", (window_start,))
+
+    def unpublished(self) -> list[LedgerEntry]:
+        """Released windows whose alert record may not have been published (oldest first)."""
+        with self._tx.read() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM windows WHERE status = 'released' AND published = 0 ORDER BY window_end"
+            ).fetchall()
+        return [_entry(r) for r in rows]
+
+    def last_window_end(self) -> float | None:
+        """End of the latest window recorded (released or suppressed): where the service resumes."""
+        with self._tx.read() as conn:
+            return conn.execute("SELECT max(window_end) FROM windows").fetchone()[0]
+
+    def entries(self, since: float | None = None) -> list[LedgerEntry]:
+        """All windows with ``window_end > since`` (all if None), oldest first."""
+        with self._tx.read() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM windows WHERE window_end > ? ORDER BY window_end",
+                (-math.inf if since is None else since,),
+            ).fetchall()
+        return [_entry(r) for r in rows]
+
+    def charges(self, after: float, upto: float) -> list[Charge]:
+        """Costs of released windows with ``after < window_end <= upto``, oldest first."""
+        with self._tx.read() as conn:
+            rows = conn.execute(
+                "SELECT window_end, epsilon, delta FROM windows "
+                "WHERE status = 'released' AND window_end > ? AND window_end <= ? ORDER BY window_end",
+                (after, upto),
+            ).fetchall()
+        return [Charge(*r) for r in rows]
+
+    def charge_counts(self, after: float, upto: float) -> dict[tuple[float, float], int]:
+        """Number of released windows per (epsilon, delta) cost with ``after < window_end <= upto``.
+
+        The multiset of costs is all that composition needs; grouping in SQLite keeps
+        a period of ten thousand windows cheap to read.
+        """
+        with self._tx.read() as conn:
+            rows = conn.execute(
+                "SELECT epsilon, delta, count(*) FROM windows "
+                "WHERE window_end > ? AND window_end <= ? AND status = 'released' GROUP BY epsilon, delta",
+                (after, upto),
+            ).fetchall()
+        return {(eps, delta): n for eps, delta, n in rows}
+
+    def counts(self, after: float, upto: float) -> dict[str, int]:
+        """Number of windows per status with ``after < window_end <= upto``."""
+        with self._tx.read() as conn:
+            rows = conn.execute(
+                "SELECT status, count(*) FROM windows WHERE window_end > ? AND window_end <= ? GROUP BY status",
+                (after, upto),
+            ).fetchall()
+        return {"released": 0, "suppressed": 0, **dict(rows)}
