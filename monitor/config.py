@@ -94,8 +94,13 @@ class StreamSettings(_Strict):
 class WindowSettings(_Strict):
     """Tumbling event-time windows."""
 
-    size_seconds: float = Field(300.0, gt=0, description="Window length.")
+    size_seconds: float = Field(3600.0, gt=0, description="Window length.")
     allowed_lateness_seconds: float = Field(5.0, ge=0, description="How long after its end a window waits for late events before it closes.")
+    on_stop: Literal["release_due", "release_current"] = Field(
+        "release_due",
+        description="On SIGTERM: release the windows whose close time has passed and leave the current one to the "
+        "next run (its events are re-read), or also release the current window early (later events for it are late).",
+    )
 
 
 class ReleaseSettings(_Strict):
@@ -106,13 +111,13 @@ class ReleaseSettings(_Strict):
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
         "auto", description="Noise mechanism for outlier counts; auto picks from public parameters."
     )
-    epsilon_count: float = Field(0.1, gt=0, description="Epsilon of the full-space outlier count.")
+    epsilon_count: float = Field(0.8, gt=0, description="Epsilon of the full-space outlier count.")
     delta_count: float = Field(1e-9, ge=0, lt=1, description="Delta of the full-space outlier count.")
-    epsilon_flagged: float = Field(0.05, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
+    epsilon_flagged: float = Field(0.2, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
     top_h: int = Field(2, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
     subspace_dims: int = Field(1, ge=1, description="Dimension of the candidate subspaces.")
-    epsilon_top: float = Field(0.05, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
-    epsilon_top_count: float = Field(0.025, gt=0, description="Epsilon of each chosen subspace's count.")
+    epsilon_top: float = Field(0.3, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
+    epsilon_top_count: float = Field(0.1, gt=0, description="Epsilon of each chosen subspace's count.")
     delta_top_count: float = Field(1e-10, ge=0, lt=1, description="Delta of each chosen subspace's count.")
 
     def window_cost(self) -> tuple[float, float]:
@@ -129,7 +134,7 @@ class BudgetSettings(_Strict):
     """The budget accountant (DESIGN 4)."""
 
     period_seconds: float = Field(86400.0, gt=0, description="Rolling period the budget applies to.")
-    epsilon: float = Field(30.0, gt=0, description="Total epsilon per privacy unit per period.")
+    epsilon: float = Field(40.0, gt=0, description="Total epsilon per privacy unit per period.")
     delta: float = Field(1e-5, ge=0, lt=1, description="Total delta per privacy unit per period.")
     accountant: Literal["basic", "pld"] = Field("pld", description="Composition: basic sums, or privacy-loss distributions (tighter).")
     ledger: Path = Field(Path("monitor-ledger.sqlite"), description="SQLite ledger of released windows.")
@@ -142,7 +147,7 @@ class MetricsSettings(_Strict):
 
     host: str = Field("127.0.0.1", description="Address to serve /metrics on.")
     port: int = Field(9108, ge=0, le=65535, description="Port to serve /metrics on; 0 picks a free one.")
-    outlier_alert_level: float = Field(10.0, description="Released outlier count above which the surge alert counts a window.")
+    outlier_alert_level: float = Field(150.0, description="Released outlier count above which the surge alert counts a window.")
 
 
 class MonitorConfig(_Strict):

@@ -1,0 +1,317 @@
+"""Benchmarks of the private outlier core (issue 2): noise, top-h accuracy, speed.
+
+    OMP_NUM_THREADS=1 python bench/bench_core.py            # full run, writes BENCHMARKS.md (core)
+    OMP_NUM_THREADS=1 python bench/bench_core.py --quick    # smaller, for development (no write)
+
+Noise is measured as the standard deviation of repeated releases: the smooth bound is
+computed once per (window, beta) and the mechanism's noise is drawn many times through
+the same code path ``private_count`` uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import time
+
+import numpy as np
+
+from bench.report import REPO, write_section
+from monitor.dp import noise_source
+from monitor.outliers import (
+    choose_mechanism,
+    count_outliers,
+    global_sensitivity_bound,
+    paper_global_sensitivity_lower_bound,
+    private_top_subspaces,
+    smooth_sensitivity,
+)
+from monitor.outliers.mechanisms import _draw, _smooth_params
+from monitor.outliers.sensitivity import _smooth
+from monitor.outliers.subspaces import _select
+
+EPSILONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+FIGURE = REPO / "docs" / "figures" / "core_noise_vs_epsilon.png"
+COMMAND = "OMP_NUM_THREADS=1 python bench/bench_core.py"
+
+
+# -- data ----------------------------------------------------------------------------------
+def synthetic1(rng: np.random.Generator) -> np.ndarray:
+    """The paper's Synthetic 1: 45 rows N(0, I2), 5 rows N((20, 20), 100 I2); unscaled."""
+    return np.vstack([rng.standard_normal((45, 2)), 20 + 10 * rng.standard_normal((5, 2))])
+
+
+def synthetic2(rng: np.random.Generator) -> np.ndarray:
+    """The paper's Synthetic 2: 490 rows N(0, I10); 10 rows N(20, 100) in columns 0, 1."""
+    X = rng.standard_normal((500, 10))
+    X[490:, :2] = 20 + 10 * rng.standard_normal((10, 2))
+    return X
+
+
+def sensor_window(n: int, d: int, rng: np.random.Generator, outliers: float = 0.01) -> np.ndarray:
+    """A monitoring-like window in [0, 1]^d: correlated features (five operating modes
+    on a 3-dimensional latent space, mapped linearly to d features, small sensor noise)
+    plus a fraction of uniformly scattered anomalies."""
+    latent = min(d, 3)
+    m = n - int(round(outliers * n))
+    modes = rng.uniform(-1, 1, (5, latent))
+    z = modes[rng.integers(0, 5, m)] + 0.15 * rng.standard_normal((m, latent))
+    A = rng.standard_normal((latent, d)) / math.sqrt(latent)
+    X = 0.5 + 0.12 * (z @ A) + 0.005 * rng.standard_normal((m, d))
+    return np.vstack([X, rng.random((n - m, d))]).clip(0, 1)
+
+
+# -- noise -----------------------------------------------------------------------------------
+def noise_table(X, k, r, delta, reps, rng, epsilons=EPSILONS):
+    """Rows of measured noise std per epsilon for every mechanism of the comparison."""
+    dim = X.shape[1]
+    gs = global_sensitivity_bound(k, dim)
+    source = noise_source(rng)
+    rows = []
+    for eps in epsilons:
+        row = {"eps": eps}
+        paper_gs = paper_global_sensitivity_lower_bound(k, dim) * math.sqrt(2 * math.log(2 / delta)) / eps
+        row["paper_global_gauss"] = float(np.std(source.gaussian(paper_gs, reps)))
+        row["global_laplace"] = float(np.std(source.laplace(gs / eps, reps)))
+        smooth = {}
+        for mech in ("laplace", "gaussian", "student_t"):
+            beta, div = _smooth_params(mech, eps, delta)
+            smooth[mech] = smooth_sensitivity(X, k, r, beta)
+            capped = min(smooth[mech], gs) / div
+            row[mech] = float(np.std(_draw(mech, capped, source, reps)))
+        beta, div = _smooth_params("gaussian", eps, delta)
+        # The paper's mechanism as published: Theorem 2 with the uncapped smooth bound.
+        row["paper_smooth_gauss"] = float(np.std(_draw("gaussian", smooth["gaussian"] / div, source, reps)))
+        auto = choose_mechanism(eps, delta, k, dim)
+        row["auto_mech"] = auto
+        row["auto"] = row["global_laplace"] if auto == "global" else row[auto]
+        row["S_laplace"] = smooth["laplace"]
+        rows.append(row)
+    return rows
+
+
+def format_noise(title, rows, q, note=""):
+    head = (
+        f"**{title}** (true count q = {q}{note})\n\n"
+        "| eps | paper GS Gaussian (2dk+1, not DP) | global Laplace (kK+1) | paper smooth Gaussian | "
+        "smooth Laplace | smooth Student t | **auto** (picks) | auto / global | auto / paper smooth |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+    )
+    body = "".join(
+        f"| {r['eps']:.1f} | {r['paper_global_gauss']:.1f} | {r['global_laplace']:.1f} | {r['paper_smooth_gauss']:.1f} | "
+        f"{r['laplace']:.1f} | {r['student_t']:.1f} | **{r['auto']:.1f}** ({r['auto_mech']}) | "
+        f"{r['auto'] / r['global_laplace']:.2f} | {r['auto'] / r['paper_smooth_gauss']:.3f} |\n"
+        for r in rows
+    )
+    return head + body
+
+
+# -- top-h -----------------------------------------------------------------------------------
+def top_h_table(runs, rng):
+    """Precision and recall of the planted subspaces {0}, {1} on Synthetic 2."""
+    truth = {(0,), (1,)}
+    cands = [(j,) for j in range(10)]
+    epsilons, hs = (0.2, 0.4, 0.8, 1.6, 3.2), (1, 2, 3)
+    hits = {(e, h): 0 for e in epsilons for h in hs}
+    source = noise_source(rng)
+    for _ in range(runs):
+        X = synthetic2(rng)
+        # Utilities once per data set; the selection is private_top_subspaces' own _select.
+        util = [count_outliers(X, 3, 0.13, s) / global_sensitivity_bound(3, 1) for s in cands]
+        for e in epsilons:
+            for h in hs:
+                hits[e, h] += len(truth & {cands[i] for i in _select(util, h, e, source)})
+    lines = ["| eps | " + " | ".join(f"h={h} precision | h={h} recall" for h in hs) + " |",
+             "|---|" + "---|---|" * len(hs)]
+    for e in epsilons:
+        cells = []
+        for h in hs:
+            cells += [f"{hits[e, h] / (runs * h):.2f}", f"{hits[e, h] / (runs * 2):.2f}"]
+        lines.append(f"| {e} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# -- speed -----------------------------------------------------------------------------------
+def speed(n, rng, eps=1.0, delta=1e-6, k=3, r=0.03):
+    X = sensor_window(n, 10, rng)
+    beta = _smooth_params("laplace", eps, delta)[0]
+    one = [(j,) for j in range(10)]
+    two = [(i, j) for i in range(10) for j in range(i + 1, 10)]
+    out = {}
+    t0 = time.perf_counter()
+    q_full, s_full = _smooth(X, k, r, beta, None)
+    out["full space (10-D) count + smooth bound"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for s in one:
+        _smooth(X, k, r, beta, s)
+    out["10 one-dimensional counts + smooth bounds"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for s in two:
+        _smooth(X, k, r, beta, s)
+    out["45 two-dimensional counts + smooth bounds"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    private_top_subspaces(X, k, r, 3, eps, one + two, rng=rng)
+    out["top-3 of the 55 subspaces (exponential mechanism)"] = time.perf_counter() - t0
+    return out, q_full, s_full
+
+
+def scaling(sizes, rng, eps=1.0, delta=1e-6, k=3, r=0.03, d=5):
+    beta = _smooth_params("laplace", eps, delta)[0]
+    lines = ["| window size | full space (5-D): count + smooth bound [s] | one 2-D subspace [s] | count only, full space [s] |",
+             "|---|---|---|---|"]
+    for n in sizes:
+        X = sensor_window(n, d, rng)
+        t0 = time.perf_counter()
+        _smooth(X, k, r, beta, None)
+        t1 = time.perf_counter()
+        _smooth(X, k, r, beta, (0, 1))
+        t2 = time.perf_counter()
+        count_outliers(X, k, r)
+        t3 = time.perf_counter()
+        lines.append(f"| {n:,} | {t1 - t0:.2f} | {t2 - t1:.2f} | {t3 - t2:.2f} |")
+    return "\n".join(lines)
+
+
+def oracle_table(rng, windows=30):
+    """Our bound vs the paper's exponential algorithm on small windows, by dimension."""
+    from monitor.outliers._oracle import smooth_oracle
+
+    lines = ["| subspace dim | windows | ours = paper | median ours / paper | max ours / paper |", "|---|---|---|---|---|"]
+    for d in (1, 2, 3, 4, 5):
+        ratios = []
+        for _ in range(windows):
+            X = rng.random((int(rng.integers(6, 12)), d))
+            k, r, beta = int(rng.integers(1, 4)), float(rng.uniform(0.1, 0.4)), float(rng.uniform(0.1, 1.0))
+            ratios.append(smooth_sensitivity(X, k, r, beta) / smooth_oracle(X, k, r, beta))
+        ratios = np.array(ratios)
+        lines.append(f"| {d} | {windows} | {np.mean(np.isclose(ratios, 1)):.0%} | {np.median(ratios):.2f} | {ratios.max():.2f} |")
+    return "\n".join(lines)
+
+
+def plot(panels, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    styles = [("paper_global_gauss", "paper GS Gaussian (2dk+1, not DP)", "k:"),
+              ("global_laplace", "global Laplace (kK+1)", "C0-"),
+              ("paper_smooth_gauss", "paper smooth Gaussian (Thm 2)", "C3--"),
+              ("laplace", "smooth Laplace (NRS)", "C1-."),
+              ("student_t", "smooth Student t", "C2-."),
+              ("auto", "auto (default)", "k-")]
+    for ax, (title, rows) in zip(axes[0], panels):
+        eps = [r["eps"] for r in rows]
+        for key, label, style in styles:
+            ax.plot(eps, [r[key] for r in rows], style, label=label, lw=2 if key == "auto" else 1)
+        ax.set_yscale("log")
+        ax.set_xlabel("epsilon")
+        ax.set_title(title, fontsize=9)
+    axes[0][0].set_ylabel("std of released count")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller run for development; does not write")
+    args = parser.parse_args()
+    quick = args.quick
+    reps = 2000 if quick else 20000
+    rng = np.random.default_rng(2026)
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    parts = [f"Reproduce: `{COMMAND}` (about {{minutes}} min; `--quick` for a smaller run). "
+             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores shared with other jobs "
+             f"(1-min load average {load:.1f} at start: timings are pessimistic), one thread."]
+
+    # Noise on the paper's Synthetic 1.
+    X1 = synthetic1(rng)
+    rows1 = noise_table(X1, 3, 1.1, 0.01, reps, rng)
+    parts.append("### Noise: the paper's Synthetic 1 (50 rows, 2-D, k=3, r=1.1, delta=0.01)\n\n"
+                 + format_noise("Synthetic 1", rows1, count_outliers(X1, 3, 1.1)))
+    at07 = next(r for r in rows1 if r["eps"] == 0.7)
+    parts.append(
+        "The paper reports smooth noise std below 7 for eps >= 0.7 (its Figure 3). Under its own Theorem 2 that is "
+        f"impossible: S >= 1, so std >= 1/alpha = 5 sqrt(2 ln 200)/0.7 = {5 * math.sqrt(2 * math.log(200)) / 0.7:.1f} "
+        f"at eps = 0.7; with the smooth bound of this window (S = "
+        f"{smooth_sensitivity(X1, 3, 1.1, _smooth_params('gaussian', 0.7, 0.01)[0]):.1f}) we measure "
+        f"{at07['paper_smooth_gauss']:.1f}. Its global curve uses 2dk+1 = 13, a lower bound, so it is not a valid "
+        "mechanism either. In 2-D the valid global Laplace (6k+1 = 19) is the mechanism to beat, and auto picks it."
+    )
+
+    # Noise on larger windows.
+    panels = [("Synthetic 1 (50 rows, 2-D, delta=0.01)", rows1)]
+    tables = {"Synthetic 1": rows1}
+    sizes = [(10_000, 2), (10_000, 5), (10_000, 8), (5_000, 8)]
+    for n, d in sizes if not quick else [(5_000, 8), (5_000, 2)]:
+        X = sensor_window(n, d, rng)
+        rows = noise_table(X, 3, 0.03, 1e-6, reps, rng)
+        title = f"{n:,} events, {d}-D (k=3, r=0.03, delta=1e-6)"
+        parts.append(f"### Noise: {title}\n\n" + format_noise(title, rows, count_outliers(X, 3, 0.03),
+                     note=f"; S at the Laplace beta, eps=1: {rows[-1]['S_laplace']:.1f}"))
+        tables[f"{n:,} x {d}-D"] = rows
+        if d == 8:
+            panels.append((title, rows))
+    plot(panels, FIGURE)
+    parts.append(f"![noise vs epsilon](docs/figures/{FIGURE.name})")
+
+    worst_global = max(r["auto"] / r["global_laplace"] for rows in tables.values() for r in rows)
+    worst_paper = max(r["auto"] / r["paper_smooth_gauss"] for rows in tables.values() for r in rows)
+    key8 = "5,000 x 8-D" if "5,000 x 8-D" in tables else None
+    goals = [
+        f"- Default never noisier than the valid global Laplace: worst measured ratio {worst_global:.2f} "
+        "(1.00 = auto picked the global mechanism itself).",
+        f"- Default at most 0.2x the paper's Gaussian smooth mechanism: worst ratio {worst_paper:.3f}.",
+    ]
+    if key8:
+        ok = [r["eps"] for r in tables[key8] if r["auto"] <= 0.1 * r["global_laplace"]]
+        r01 = tables[key8][0]
+        beta_t = _smooth_params("student_t", 0.1, 0.0)
+        floor = max(math.exp(-beta_t[0] * t) * (t + 1) for t in range(2000))
+        goals.append(
+            f"- At most 0.1x the global Laplace on the 8-D 5,000-event window: met for eps >= {min(ok):.1f} "
+            f"(ratio {min(r['auto'] / r['global_laplace'] for r in tables[key8]):.2f} at best); at eps = 0.1 the ratio "
+            f"is {r01['auto'] / r01['global_laplace']:.2f} and cannot be lower on any window: every U_t >= t + 1, so "
+            f"S >= max_t exp(-beta t)(t + 1) = {floor:.0f} at beta = eps/16, a noise std of at least "
+            f"{math.sqrt(3) * floor / beta_t[1]:.0f} vs {r01['global_laplace']:.0f}."
+        )
+    parts.insert(1, "### Goals\n\n" + "\n".join(goals) + "\n- Speed: see below.")
+    parts.append("### Our bound vs the paper's Algorithms 1-2 (miniball), small random windows\n\n"
+                 "Exact ball packing in 1-D and 2-D makes the bound equal to the paper's; beyond, degeneracy + 1 of "
+                 "the 2r-graph is an upper bound (polynomial time instead of O(2^|P|) smallest-enclosing-ball calls).\n\n"
+                 + oracle_table(rng, 10 if quick else 30))
+
+    # Top-h.
+    runs = 100 if quick else 1000
+    parts.append(f"### Top-h subspaces: the paper's Synthetic 2 (500 rows, 10-D, k=3, r=0.13, 1-D subspaces), {runs} runs\n\n"
+                 "Precision = planted subspaces {0}, {1} among the h picks / h; recall = found / 2. "
+                 "A fresh data set per run.\n\n" + top_h_table(runs, rng))
+
+    # Speed.
+    n_speed = 20_000 if quick else 100_000
+    times, q, s = speed(n_speed, rng)
+    total = sum(times.values())
+    goal = "goal < 10 s: " + ("met" if total < 10 else "NOT met")
+    parts.append(f"### Speed: one window of {n_speed:,} events in 10-D (k=3, r=0.03, eps=1, delta=1e-6), one core\n\n"
+                 "| part | seconds |\n|---|---|\n"
+                 + "".join(f"| {k} | {v:.2f} |\n" for k, v in times.items())
+                 + f"| **total** | **{total:.2f}** ({goal}) |\n\n"
+                 f"Full-space count {q}, smooth bound {s:.1f} (never released).")
+    scale_sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000, 1_000_000]
+    parts.append("### Scaling (sensor-like window, 5-D, k=3, r=0.03, eps=1, delta=1e-6)\n\n" + scaling(scale_sizes, rng))
+
+    minutes = (time.perf_counter() - started) / 60
+    text = "\n\n".join(parts).replace("{minutes}", f"{minutes:.0f}")
+    print(text)
+    if not quick:
+        write_section("core", "## Private outlier core (issue 2)\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()

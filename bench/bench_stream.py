@@ -1,0 +1,218 @@
+"""Throughput of the monitor service versus a bare consumer, and release latency per window.
+
+One run, one embedded broker, one topic:
+
+1. produce N JSON events (3 partitions) with event times in the current window;
+2. time a bare kafka-python ``KafkaConsumer`` reading the whole topic (same client
+   settings as the service: ``monitor.stream.clients.client_settings``);
+3. time the service processing the whole topic (validate, score, window);
+4. run the service on live traffic with short windows and report the release latency
+   (window close time -> alert acknowledged by the broker) per window.
+
+Rates are counted from the first record received to the last, so the group join
+(seconds on Tansu) is left out of both.
+
+    python bench/bench_stream.py                 # 200k events, prints the table
+    python bench/bench_stream.py --write         # and writes BENCHMARKS.md section `stream`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from monitor.config import parse_config
+from monitor.stream.broker import EmbeddedBroker
+from monitor.stream.clients import make_consumer, make_producer
+from monitor.stream.service import MonitorService
+
+FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}, {"name": "temp", "min": 34, "max": 42}]
+GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+
+
+def fit_model(path: Path) -> None:
+    from monitor.model import GridKNN
+
+    X = np.random.default_rng(0).normal([75, 96, 37], [8, 1.5, 0.4], size=(5000, 3))
+    GridKNN(epsilon=1.0, bounds=[(f["min"], f["max"]) for f in FEATURES], contamination=0.05, random_state=0,
+            feature_names=[f["name"] for f in FEATURES]).fit(X).save(path)
+
+
+def produce(bootstrap: str, topic: str, n: int, ts_of, partitions: int) -> float:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, partitions, 1)])
+    admin.close()
+    rng = np.random.default_rng(1)
+    vals = rng.normal([75, 96, 37], [8, 1.5, 0.4], size=(n, 3)).round(2)
+    producer = make_producer(bootstrap, {}, linger_ms=20, batch_size=256 * 1024)
+    t0 = time.perf_counter()
+    for i in range(n):
+        body = {"id": f"e{i}", "patient": f"p{i}", "ts": ts_of(i), "hr": vals[i, 0], "spo2": vals[i, 1], "temp": vals[i, 2]}
+        producer.send(topic, json.dumps(body).encode())
+    producer.flush()
+    producer.close()
+    return n / (time.perf_counter() - t0)
+
+
+def bare_consumer_rate(bootstrap: str, topic: str, n: int) -> float:
+    consumer = make_consumer(bootstrap, f"bare-{time.time_ns()}", GROUP)
+    consumer.subscribe([topic])
+    seen, first = 0, None
+    while seen < n:
+        for records in consumer.poll(timeout_ms=500).values():
+            if first is None:
+                first = time.perf_counter()
+            seen += len(records)
+    rate = n / (time.perf_counter() - first)
+    consumer.close()
+    return rate
+
+
+class _TimedService(MonitorService):
+    """The service, with the times of its first and N-th event noted (bench only)."""
+
+    def __init__(self, *a, expect: int, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.expect, self.first, self.last = expect, None, None
+
+    def _ingest(self, batch: dict) -> None:
+        if self.first is None:
+            self.first = time.perf_counter()
+        super()._ingest(batch)
+        if self.last is None and sum(self.counts.values()) >= self.expect:
+            self.last = time.perf_counter()
+            self.stop()
+
+
+def config(tmp: Path, topic: str, *, size: float, lateness: float, entity: bool):
+    return parse_config({
+        "features": FEATURES,
+        "model": {"path": str(tmp / "model.json")},
+        "window": {"size_seconds": size, "allowed_lateness_seconds": lateness},
+        "budget": {"ledger": str(tmp / f"ledger-{topic}.sqlite"), "epsilon": 1000.0, "delta": 1e-3},
+        "metrics": {"port": 0},
+        "stream": {"input_topic": topic, "group_id": f"svc-{topic}", "kafka": GROUP,
+                   "entity_field": "patient" if entity else None},
+    })
+
+
+def service_rate(bootstrap: str, tmp: Path, topic: str, n: int) -> tuple[float, dict]:
+    cfg = config(tmp, topic, size=3600.0, lateness=0.0, entity=True)
+    service = _TimedService(cfg, bootstrap_servers=bootstrap, rng=0, expect=n)
+    service.run()
+    return n / (service.last - service.first), dict(service.counts)
+
+
+def release_latencies(bootstrap: str, tmp: Path, per_window: int, windows: int, size: float) -> tuple[list[float], list[int], int]:
+    """Live traffic at about per_window events per window.
+
+    Returns the latency of each released window, its true size (from the audit file:
+    the bench is inside the trust boundary) and top_h.
+    """
+    topic = f"live-{time.time_ns()}"
+    cfg = config(tmp, topic, size=size, lateness=0.2, entity=False)
+    audit = tmp / f"audit-{topic}.jsonl"
+    service = MonitorService(cfg, bootstrap_servers=bootstrap, rng=0, max_windows=windows + 1, audit_path=audit)
+    thread = threading.Thread(target=service.run)
+    thread.start()
+    service.wait_ready(30)
+    producer = make_producer(bootstrap, {})
+    rng = np.random.default_rng(2)
+    i = 0
+    while thread.is_alive():
+        now = time.time()
+        for _ in range(max(1, int(per_window / size / 50))):
+            v = rng.normal([75, 96, 37], [8, 1.5, 0.4])
+            producer.send(topic, json.dumps({"id": i, "ts": now, "hr": v[0], "spo2": v[1], "temp": v[2]}).encode())
+            i += 1
+        time.sleep(0.02)
+    producer.close()
+    thread.join()
+    # The first window started before the traffic: leave it out.
+    sizes = [json.loads(line)["n_events"] for line in audit.read_text().splitlines()]
+    return service.release_latencies[1:], sizes[1:], cfg.release.top_h
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--windows", type=int, default=5, help="windows for the latency phase")
+    ap.add_argument("--per-window", type=int, default=2000, help="events per window in the latency phase")
+    ap.add_argument("--window-size", type=float, default=2.0)
+    ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section `stream`")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    with tempfile.TemporaryDirectory() as d, EmbeddedBroker() as broker:
+        tmp = Path(d)
+        fit_model(tmp / "model.json")
+        bs = broker.bootstrap_servers
+        topic = f"bench-{time.time_ns()}"
+        now = time.time()
+        if now % 3600 > 3500:  # keep every event in the window open at the service's start
+            time.sleep(3600 - now % 3600 + 1)
+        ts = time.time()
+        produce_rate = produce(bs, topic, args.events, lambda i: ts, args.partitions)
+        bare = bare_consumer_rate(bs, topic, args.events)
+        svc, counts = service_rate(bs, tmp, topic, args.events)
+        bare2 = bare_consumer_rate(bs, topic, args.events)  # again after, to see drift
+        lat: list[float] = []
+        if not args.skip_latency:
+            lat, sizes, top_h = release_latencies(bs, tmp, args.per_window, args.windows, args.window_size)
+
+    bare_mean = (bare + bare2) / 2
+    lines = [
+        "## Stream throughput and release latency",
+        "",
+        f"`python bench/bench_stream.py --events {args.events} --partitions {args.partitions} "
+        f"--windows {args.windows} --per-window {args.per_window} --window-size {args.window_size}` "
+        "(embedded Tansu broker, kafka-python 3.0, same consumer settings for both readers; "
+        "rates from first to last record, group join excluded).",
+        "",
+        "| reader | events/s |",
+        "|---|---|",
+        f"| producer (for reference) | {produce_rate:,.0f} |",
+        f"| bare `KafkaConsumer` (before / after the service) | {bare:,.0f} / {bare2:,.0f} |",
+        f"| monitor service: validate (pydantic), score (grid-kNN), window, entity dedupe | {svc:,.0f} |",
+        f"| **ratio service / bare (mean of the two bare runs)** | **{svc / bare_mean:.2f}** |",
+        "",
+        f"Service event statuses: {counts}. The machine (2 cores) was shared with other jobs during "
+        "the run, so absolute rates are below INFRA.md's idle figures; the ratio is what the run compares.",
+    ]
+    if lat:
+        lines += [
+            "",
+            f"Release latency (window close time to alert acknowledged by the broker; includes the "
+            f"accountant, the noise, the fsynced ledger write), {len(lat)} windows of {args.window_size:g} s, "
+            f"3 features, top-{top_h} subspaces, default release settings: median {np.median(lat) * 1000:.0f} ms, "
+            f"max {np.max(lat) * 1000:.0f} ms.",
+            "",
+            "| events in window | " + " | ".join(str(n) for n in sizes) + " |",
+            "|---|" + "---|" * len(sizes),
+            "| latency (ms) | " + " | ".join(f"{x * 1000:.0f}" for x in lat) + " |",
+        ]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from report import write_section
+
+        write_section("stream", text)
+
+
+if __name__ == "__main__":
+    main()

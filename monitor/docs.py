@@ -1,0 +1,274 @@
+"""Generate the README's configuration and metrics references from the code itself.
+
+    python -m monitor.docs            # rewrite the README blocks
+    python -m monitor.docs --check    # exit 1 if they are stale (the tests call this)
+
+The configuration reference comes from the pydantic model (monitor/config.py), the
+metrics reference from the service's registry (monitor/stream/metrics.py) plus where
+each metric is used in deploy/ (dashboard and alert rules), so neither can drift from
+the code. This module also offers the helpers the deploy tests share: every PromQL
+expression of the dashboard and the rules, and the metric names inside them.
+
+It reads deploy/ from a source checkout; it is a developer tool, not part of `monitor`'s
+runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import yaml
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from monitor.config import MonitorConfig
+
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "dp-monitor.json"
+RULES = REPO / "deploy" / "prometheus" / "rules" / "dp-monitor.yml"
+
+# What each metric's value reveals, in the README's terms. Kept beside the generator
+# (not in metrics.py) because it is documentation; test_deploy_docs checks that it
+# names exactly the registry's metrics, so a new metric must be classified here.
+PRIVACY = {
+    "dp_monitor_released_outlier_count": "DP release",
+    "dp_monitor_released_flagged_count": "DP release",
+    "dp_monitor_released_subspace_count": "DP release",
+    "dp_monitor_released_window_end_timestamp_seconds": "public schedule",
+    "dp_monitor_last_release_timestamp_seconds": "public schedule",
+    "dp_monitor_windows_released_total": "public schedule",
+    "dp_monitor_windows_suppressed_total": "public schedule",
+    "dp_monitor_budget_epsilon_spent": "data-independent",
+    "dp_monitor_budget_epsilon_remaining": "data-independent",
+    "dp_monitor_budget_epsilon_limit": "config",
+    "dp_monitor_window_cost_epsilon": "config",
+    "dp_monitor_outlier_alert_level": "config",
+    "dp_monitor_events_total": "**NOT private** (operational)",
+    "dp_monitor_dead_letters_total": "**NOT private** (operational)",
+    "dp_monitor_consumer_lag_messages": "**NOT private** (operational)",
+    "dp_monitor_release_latency_seconds": "**NOT private** (operational)",
+    "dp_monitor_info": "config",
+}
+
+_HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+# ---------------------------------------------------------------- deploy expressions
+
+def grafana_to_promql(expr: str, rate_interval: str) -> str:
+    """Replace the Grafana variables our dashboard uses by concrete values."""
+    return expr.replace("$__rate_interval", rate_interval).replace('"$instance"', '".*"')
+
+
+def dashboard_queries(rate_interval: str = "1m") -> Iterator[tuple[str, str]]:
+    """(panel title, PromQL) for every query of the dashboard, variables substituted."""
+    dash = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    for var in dash.get("templating", {}).get("list", []):
+        yield f"variable {var['name']}", var["definition"].removeprefix("label_values(").rsplit(",", 1)[0]
+    for ann in dash.get("annotations", {}).get("list", []):
+        if "expr" in ann:
+            yield f"annotation {ann['name']}", ann["expr"]
+    for panel in dash["panels"]:
+        for target in panel.get("targets", []):
+            yield panel["title"], grafana_to_promql(target["expr"], rate_interval)
+
+
+def rule_expressions() -> Iterator[tuple[str, str]]:
+    """(alert name, PromQL) for every rule of deploy/prometheus/rules."""
+    for group in yaml.safe_load(RULES.read_text(encoding="utf-8"))["groups"]:
+        for rule in group["rules"]:
+            yield rule.get("alert") or rule["record"], rule["expr"].strip()
+
+
+_NAME = re.compile(r"\b(dp_monitor_[a-z0-9_]+)")
+
+
+def metric_names(expr: str) -> set[str]:
+    """The dp_monitor_* series names an expression reads (histogram series as exported).
+
+    >>> sorted(metric_names('rate(dp_monitor_events_total[5m]) > on(instance) dp_monitor_info'))
+    ['dp_monitor_events_total', 'dp_monitor_info']
+    """
+    return set(_NAME.findall(expr))
+
+
+def family_name(series: str) -> str:
+    """dp_monitor_release_latency_seconds_bucket -> dp_monitor_release_latency_seconds."""
+    for suffix in _HISTOGRAM_SUFFIXES:
+        if series.endswith(suffix) and series.removesuffix(suffix) in PRIVACY:
+            return series.removesuffix(suffix)
+    return series
+
+
+def exported_names(exposition: str) -> set[str]:
+    """Every series name a /metrics text can carry, including labelled metrics that have
+    no child yet (only their # TYPE line is present) and histogram sub-series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    names: set[str] = set()
+    for fam in text_string_to_metric_families(exposition):
+        names.update(s.name for s in fam.samples)
+        if fam.type == "counter":
+            names.add(fam.name + "_total")
+        elif fam.type == "histogram":
+            names.update(fam.name + s for s in _HISTOGRAM_SUFFIXES)
+        else:
+            names.add(fam.name)
+    return names
+
+
+def registry_families() -> list[tuple[str, str, str, list[str]]]:
+    """(exported name, type, help, label names) of every metric the service registers,
+    in the order metrics.py declares them (releases, schedule, budget, operations)."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from monitor.stream.metrics import MonitorMetrics
+
+    out = []
+    for metric in vars(MonitorMetrics()).values():
+        if isinstance(metric, MetricWrapperBase):
+            for fam in metric.describe():
+                name = fam.name + "_total" if fam.type == "counter" else fam.name
+                out.append((name, fam.type, fam.documentation, list(metric._labelnames)))  # noqa: SLF001 - no public accessor
+    return out
+
+
+# ---------------------------------------------------------------- README blocks
+
+def _type_name(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type_name(a) for a in args)
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    if tp is type(None):
+        return "null"
+    if tp is Any:
+        return "any"
+    return {"str": "string", "Path": "path", "float": "number", "int": "integer", "bool": "boolean"}.get(
+        getattr(tp, "__name__", str(tp)), getattr(tp, "__name__", str(tp)))
+
+
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "length >="}
+
+
+def _constraints(field) -> str:
+    parts = []
+    for meta in field.metadata:
+        for attr, sym in _BOUNDS.items():
+            if getattr(meta, attr, None) is not None:
+                parts.append(f"{sym} {getattr(meta, attr):g}")
+    return ", ".join(parts)
+
+
+def _default(field) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()
+    elif field.default is PydanticUndefined:
+        return "**required**"
+    else:
+        value = field.default
+    text = yaml.safe_dump(str(value) if isinstance(value, Path) else value, default_flow_style=True).strip()
+    return f"`{text.removesuffix('...').strip()}`"
+
+
+def _rows(model: type[BaseModel], prefix: str) -> Iterator[str]:
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        args = typing.get_args(ann)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield from _rows(ann, f"{prefix}{name}.")
+            continue
+        if typing.get_origin(ann) is list and args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+            yield f"| `{prefix}{name}` | list | {_default(field)} | {field.description} ({_constraints(field)}) |"
+            yield from _rows(args[0], f"{prefix}{name}[].")
+            continue
+        kind = _type_name(ann)
+        if limits := _constraints(field):
+            kind += f" ({limits})"
+        yield f"| `{prefix}{name}` | {kind} | {_default(field)} | {field.description or ''} |"
+
+
+def config_reference() -> str:
+    head = [
+        "## Configuration reference",
+        "",
+        "Generated from `monitor/config.py` by `python -m monitor.docs`. Every key except",
+        "`features` is optional; unknown keys are rejected, and relative paths are resolved",
+        "against the configuration file's folder. An example: `config.yaml`.",
+        "",
+        "| key | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    return "\n".join(head + list(_rows(MonitorConfig, "")))
+
+
+def _usage() -> dict[str, list[str]]:
+    used: dict[str, list[str]] = {}
+    sources = [(f"panel *{t}*", e) for t, e in dashboard_queries() if not t.startswith(("variable", "annotation"))]
+    sources += [(f"alert `{a}`", e) for a, e in rule_expressions()]
+    for where, expr in sources:
+        for name in metric_names(expr):
+            places = used.setdefault(family_name(name), [])
+            if where not in places:
+                places.append(where)
+    return used
+
+
+def metrics_reference() -> str:
+    used = _usage()
+    lines = [
+        "## Metrics reference",
+        "",
+        "Served on `http://<metrics.host>:<metrics.port>/metrics` (default 127.0.0.1:9108).",
+        "Generated from `monitor/stream/metrics.py` and `deploy/` by `python -m monitor.docs`.",
+        "Only **DP release** values are covered by the privacy guarantee; *public schedule*,",
+        "*data-independent* and *config* values reveal nothing about the events; the",
+        "**NOT private** ones are operational counters for the people who run the monitor.",
+        "",
+        "| metric | type | labels | meaning | privacy | used by |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, kind, doc, labels in registry_families():
+        where = "; ".join(used.get(name, [])) or "-"
+        lines.append(f"| `{name}` | {kind} | {', '.join(f'`{l}`' for l in labels) or '-'} | {doc} | "
+                     f"{PRIVACY.get(name, '?')} | {where} |")
+    return "\n".join(lines)
+
+
+BLOCKS = {"config-reference": config_reference, "metrics-reference": metrics_reference}
+
+
+def current_block(name: str, path: Path = README) -> str | None:
+    text = path.read_text(encoding="utf-8")
+    match = re.search(rf"<!-- begin:{name} -->\n(.*?)\n?<!-- end:{name} -->", text, re.S)
+    return match.group(1).strip() if match else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    stale = [name for name, make in BLOCKS.items() if current_block(name) != make().strip()]
+    if "--check" in argv:
+        for name in stale:
+            print(f"README block {name!r} is stale: run python -m monitor.docs", file=sys.stderr)
+        return 1 if stale else 0
+    sys.path.insert(0, str(REPO))  # bench/ is a source-tree folder, not an installed package
+    from bench.report import write_section
+
+    for name in stale:
+        write_section(name, BLOCKS[name](), path=README)
+        print(f"updated README block {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Reading feature tables for `monitor fit` / `monitor score`: CSV with a header, or npz.
+
+Every problem is a MonitorError naming the file and, where it applies, the row and column.
+
+>>> import tempfile, os
+>>> p = os.path.join(tempfile.mkdtemp(), "ref.csv")
+>>> _ = open(p, "w").write("id,hr,spo2\\na,60,97\\nb,72,99\\n")
+>>> read_features(p, ["spo2", "hr"]).tolist()
+[[97.0, 60.0], [99.0, 72.0]]
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from monitor.errors import MonitorError
+
+__all__ = ["InputFileError", "read_features", "csv_rows"]
+
+# Files larger than this get a progress bar.
+_PROGRESS_BYTES = 4 << 20
+
+
+class InputFileError(MonitorError):
+    """A reference or event file that cannot be read as a feature table."""
+
+
+def read_features(path: str | os.PathLike, names: Sequence[str], progress: bool = True) -> np.ndarray:
+    """Columns ``names`` of a CSV (header row) or npz (``X`` [+ ``feature_names``]) file, as floats (n, d)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputFileError(f"{path}: no such file")
+    if path.suffix.lower() == ".npz":
+        return _read_npz(path, list(names))
+    return _read_csv(path, list(names), progress)
+
+
+def _read_npz(path: Path, names: list[str]) -> np.ndarray:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "X" not in z:
+                raise InputFileError(f"{path}: npz file has no array 'X' (found {sorted(z.files)})")
+            X = np.asarray(z["X"], dtype=float)
+            file_names = [str(n) for n in z["feature_names"]] if "feature_names" in z else None
+    except InputFileError:
+        raise
+    except (OSError, ValueError) as err:
+        raise InputFileError(f"{path}: cannot read npz file: {err}") from None
+    if X.ndim != 2:
+        raise InputFileError(f"{path}: 'X' must be a 2-D array (rows, features), got shape {X.shape}")
+    if file_names is not None:
+        missing = [n for n in names if n not in file_names]
+        if missing:
+            raise InputFileError(f"{path}: feature_names lacks {missing} (has {file_names})")
+        X = X[:, [file_names.index(n) for n in names]]
+    elif X.shape[1] != len(names):
+        raise InputFileError(f"{path}: 'X' has {X.shape[1]} columns but {len(names)} features are configured "
+                             f"({names}); add a 'feature_names' array or reorder the columns")
+    bad = np.argwhere(~np.isfinite(X))
+    if bad.size:
+        r, c = bad[0]
+        raise InputFileError(f"{path}: row {r}, column {names[c]!r}: value {X[r, c]} is not a finite number")
+    return X
+
+
+def csv_rows(path: Path, progress: bool = True) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of a CSV file, header included, with a progress bar on big files."""
+    size = path.stat().st_size
+    show = progress and size > _PROGRESS_BYTES
+    done = 0
+    with open(path, newline="", encoding="utf-8") as fh:
+
+        def lines():
+            nonlocal done
+            for line in fh:
+                done += len(line)
+                yield line
+
+        reader = csv.reader(lines())
+        if not show:
+            for row in reader:
+                yield reader.line_num, row
+            return
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"reading {path.name}", total=size)
+            for i, row in enumerate(reader):
+                if i % 20000 == 0:
+                    bar.update(task, completed=done)
+                yield reader.line_num, row
+
+
+def _read_csv(path: Path, names: list[str], progress: bool) -> np.ndarray:
+    rows = csv_rows(path, progress)
+    try:
+        _, header = next(rows)
+    except StopIteration:
+        raise InputFileError(f"{path}: the file is empty (expected a header row naming the features)") from None
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise InputFileError(f"{path}: not a readable CSV file: {err}") from None
+    header = [h.strip() for h in header]
+    missing = [n for n in names if n not in header]
+    if missing:
+        raise InputFileError(f"{path}: header lacks column(s) {missing} (header: {header})")
+    cols = [header.index(n) for n in names]
+    out: list[list[float]] = []
+    try:
+        for line, row in rows:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise InputFileError(f"{path}: line {line}: {len(row)} fields, but the header has {len(header)}")
+            vals = []
+            for c, n in zip(cols, names):
+                try:
+                    v = float(row[c])
+                except ValueError:
+                    raise InputFileError(f"{path}: line {line}, column {n!r}: {row[c]!r} is not a number") from None
+                if not math.isfinite(v):
+                    raise InputFileError(f"{path}: line {line}, column {n!r}: {row[c]!r} is not a finite number")
+                vals.append(v)
+            out.append(vals)
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise InputFileError(f"{path}: not a readable CSV file: {err}") from None
+    if not out:
+        raise InputFileError(f"{path}: no data rows after the header")
+    return np.asarray(out, dtype=float)

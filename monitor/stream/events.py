@@ -1,0 +1,171 @@
+"""Validation of incoming JSON events against the configured features.
+
+Every message either becomes an :class:`Event` or raises :class:`InvalidEvent` with one
+of the dead-letter reasons of DEVELOPERS.md (``bad_json``, ``not_object``,
+``missing_field``, ``wrong_type``, ``not_finite``, ``too_large``, ``bad_timestamp``).
+pydantic-core parses and validates the raw bytes in one pass (about 1 us per event).
+
+>>> schema = EventSchema(["hr", "spo2"], timestamp_field="ts")
+>>> schema.parse(b'{"hr": 72, "spo2": 97.5, "ts": 1763700000}').features
+(72.0, 97.5)
+>>> try:
+...     schema.parse(b'{"hr": "72", "spo2": 97.5, "ts": 1}')
+... except InvalidEvent as err:
+...     print(err)
+wrong_type: field 'hr': Input should be a valid number
+"""
+
+from __future__ import annotations
+
+import math
+from operator import itemgetter
+from datetime import datetime, timezone
+from typing import NamedTuple, Sequence, Union
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from typing_extensions import NotRequired, TypedDict
+
+__all__ = ["Event", "EventSchema", "InvalidEvent", "DEAD_LETTER_REASONS"]
+
+DEAD_LETTER_REASONS = ("bad_json", "not_object", "missing_field", "wrong_type", "not_finite", "too_large", "bad_timestamp")
+
+# pydantic error types -> dead-letter reason; anything else is a wrong type.
+_REASON_BY_ERROR = {
+    "json_invalid": "bad_json",
+    "json_type": "bad_json",
+    "dict_type": "not_object",
+    "missing": "missing_field",
+    "finite_number": "not_finite",
+}
+
+# The event id used in audit lines; optional in events.
+ID_FIELD = "id"
+
+
+class InvalidEvent(ValueError):
+    """A message that cannot be monitored; ``reason`` is its dead-letter reason."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Event(NamedTuple):
+    """One valid event: raw feature values in config order, and its bookkeeping fields."""
+
+    features: tuple[float, ...]
+    timestamp: float | None  # epoch seconds; None when the Kafka timestamp is used
+    entity: str | None = None
+    event_id: str | None = None
+
+
+class EventSchema:
+    """The shape an event must have, built from the config's features.
+
+    Parameters
+    ----------
+    feature_names:
+        JSON fields holding the numeric features (ints and floats accepted; strings,
+        booleans, null, NaN and infinities are not).
+    timestamp_field:
+        Event-time field: epoch seconds (number) or an ISO 8601 string (UTC when it has
+        no offset). None: the caller uses the Kafka record timestamp.
+    entity_field:
+        Privacy-unit field (string or integer), required when set.
+    max_message_bytes:
+        Larger messages are rejected before parsing.
+    """
+
+    def __init__(
+        self,
+        feature_names: Sequence[str],
+        *,
+        timestamp_field: str | None = None,
+        entity_field: str | None = None,
+        max_message_bytes: int = 65536,
+    ) -> None:
+        self.feature_names = list(feature_names)
+        self.timestamp_field = timestamp_field
+        self.entity_field = entity_field
+        self.max_message_bytes = max_message_bytes
+        fields: dict = {name: float for name in self.feature_names}
+        if timestamp_field:
+            fields[timestamp_field] = Union[float, str]
+        if entity_field:
+            fields[entity_field] = Union[str, int]
+        if ID_FIELD not in fields:
+            fields[ID_FIELD] = NotRequired[Union[str, int]]
+        # Functional TypedDict: feature names need not be Python identifiers.
+        shape = TypedDict("EventShape", fields)  # type: ignore[misc]
+        # strict: "72" and true are wrong types, not numbers; allow_inf_nan=False: the
+        # JSON extensions NaN/Infinity (and 1e999) are rejected as not finite.
+        shape.__pydantic_config__ = ConfigDict(strict=True, allow_inf_nan=False)  # type: ignore[attr-defined]
+        # The core validator itself: TypeAdapter.validate_json adds a Python-level wrapper
+        # per call, a quarter of the cost at 100k events/s.
+        self._validate_json = TypeAdapter(shape).validator.validate_json
+        # itemgetter of one name returns a scalar, of several a tuple: normalise once here.
+        getter = itemgetter(*self.feature_names)
+        self._features = (lambda obj: (getter(obj),)) if len(self.feature_names) == 1 else getter
+
+    @classmethod
+    def from_config(cls, config) -> "EventSchema":
+        """The schema of a ``MonitorConfig``."""
+        s = config.stream
+        return cls(
+            config.feature_names,
+            timestamp_field=s.timestamp_field,
+            entity_field=s.entity_field,
+            max_message_bytes=s.max_message_bytes,
+        )
+
+    def parse(self, value: bytes | None) -> Event:
+        """Validate one message's bytes; raise :class:`InvalidEvent` when they do not fit."""
+        if not value:
+            raise InvalidEvent("bad_json", "empty message")
+        if len(value) > self.max_message_bytes:
+            raise InvalidEvent("too_large", f"{len(value)} bytes, more than max_message_bytes={self.max_message_bytes}")
+        try:
+            obj = self._validate_json(value)
+        except ValidationError as err:
+            raise self._invalid(err) from None
+        timestamp = None
+        if self.timestamp_field:
+            timestamp = obj[self.timestamp_field]
+            if timestamp.__class__ is not float or timestamp < 0:  # fast path: epoch seconds
+                timestamp = parse_timestamp(timestamp, self.timestamp_field)
+        entity = str(obj[self.entity_field]) if self.entity_field else None
+        event_id = obj.get(ID_FIELD)
+        return Event(self._features(obj), timestamp, entity, None if event_id is None else str(event_id))
+
+    def _invalid(self, err: ValidationError) -> InvalidEvent:
+        first = err.errors(include_url=False)[0]
+        loc = first["loc"]
+        field = str(loc[0]) if loc else None
+        reason = _REASON_BY_ERROR.get(first["type"], "wrong_type")
+        if field is not None and field == self.timestamp_field and reason != "missing_field":
+            return InvalidEvent("bad_timestamp", f"field {field!r}: must be epoch seconds or an ISO 8601 string")
+        where = f"field {field!r}: " if field is not None else ""
+        return InvalidEvent(reason, where + first["msg"])
+
+
+def parse_timestamp(value: float | str, field: str = "timestamp") -> float:
+    """Epoch seconds from a number or an ISO 8601 string (naive = UTC).
+
+    >>> parse_timestamp("2025-11-21T04:40:00Z")
+    1763700000.0
+    >>> parse_timestamp(1763700000)
+    1763700000.0
+    """
+    if isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidEvent("bad_timestamp", f"field {field!r}: {value[:40]!r} is not ISO 8601") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return dt.timestamp()
+    ts = float(value)
+    if not math.isfinite(ts) or ts < 0:
+        raise InvalidEvent("bad_timestamp", f"field {field!r}: {ts!r} is not a valid epoch time")
+    return ts

@@ -1,0 +1,155 @@
+"""The compose stack, the Dockerfile and the Grafana provisioning, checked as far as a
+machine without a Docker engine allows: structure, cross-references, existing paths.
+Building and running them is left to a machine with an engine (deploy/README.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from monitor import docs
+from monitor.cli import COMMANDS
+from monitor.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+COMPOSE = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text(encoding="utf-8"))
+SERVICES = COMPOSE["services"]
+DASH = json.loads(docs.DASHBOARD.read_text(encoding="utf-8"))
+
+
+def _mounts(service: dict) -> list[tuple[Path, str]]:
+    """(host path resolved against deploy/, container path) of each bind mount."""
+    out = []
+    for vol in service.get("volumes", []):
+        src, dst = vol.split(":")[:2]
+        if src.startswith((".", "/")):
+            out.append(((DEPLOY / src).resolve(), dst))
+    return out
+
+
+def _container_path(service: str, container_file: str) -> Path:
+    """Map a path inside a container back to the repo file its bind mount provides."""
+    for host, dst in _mounts(SERVICES[service]):
+        if container_file == dst or container_file.startswith(dst.rstrip("/") + "/"):
+            return host / Path(container_file).relative_to(dst) if container_file != dst else host
+    raise AssertionError(f"{container_file} is not mounted into {service}")
+
+
+def test_compose_has_the_whole_stack_wired_together():
+    assert {"kafka", "monitor", "simulator", "prometheus", "alertmanager", "grafana"} <= set(SERVICES)
+    assert SERVICES["kafka"]["image"].startswith("apache/kafka:")
+    env = SERVICES["kafka"]["environment"]
+    assert "controller" in env["KAFKA_PROCESS_ROLES"] and "zookeeper" not in json.dumps(env).lower()  # KRaft
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
+    for name in ("monitor", "simulator", "model"):
+        svc = SERVICES[name]
+        # compose resolves the context against the compose file's folder, the dockerfile against the context
+        assert (DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]).resolve() == REPO / "Dockerfile"
+    assert SERVICES["monitor"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert SERVICES["monitor"]["depends_on"]["model"]["condition"] == "service_completed_successfully"
+    # published ports stay on the host's loopback: /metrics is not private
+    for svc in SERVICES.values():
+        for port in svc.get("ports", []):
+            assert port.startswith("127.0.0.1:"), port
+    assert set(COMPOSE["volumes"]) >= {v.split(":")[0] for s in SERVICES.values() for v in s.get("volumes", [])
+                                       if not v.startswith((".", "/"))}
+
+
+def test_compose_bind_mounts_point_at_existing_files():
+    mounts = [m for svc in SERVICES.values() for m in _mounts(svc)]
+    assert len(mounts) >= 5
+    for host, _ in mounts:
+        assert host.exists(), f"compose mounts {host}, which does not exist"
+
+
+def test_compose_commands_are_real_monitor_commands_on_a_valid_config():
+    cfg_path = _container_path("monitor", "/etc/monitor/config.yaml")
+    cfg = load_config(cfg_path)  # raises on any invalid key
+    assert cfg.metrics.host == "0.0.0.0" and cfg.stream.bootstrap_servers == "kafka:9092"
+    commands = {name for name, *_ in COMMANDS}
+    assert SERVICES["monitor"]["command"][0] in commands and SERVICES["simulator"]["command"][0] in commands
+    sim = SERVICES["simulator"]["command"]
+    assert sim[sim.index("--bootstrap-servers") + 1] == cfg.stream.bootstrap_servers
+    # the model service fits from the bundled CSV, at the path the image installs it to
+    fit = SERVICES["model"]["command"][0]
+    assert f"test -f {cfg.model.path}" in fit
+    ref = re.search(r"--reference (\S+)", fit).group(1)
+    assert (REPO / Path(ref).relative_to("/app")).is_file()
+    # Prometheus scrapes the monitor at the port its config serves on
+    prom_cfg = yaml.safe_load(_container_path("prometheus", "/etc/prometheus/prometheus.yml").read_text())
+    assert prom_cfg["scrape_configs"][0]["static_configs"][0]["targets"] == [f"monitor:{cfg.metrics.port}"]
+    assert prom_cfg["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+
+
+def test_grafana_provisioning_finds_the_dashboard_and_its_datasource():
+    prov = _container_path("grafana", "/etc/grafana/provisioning")
+    ds = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())["datasources"][0]
+    assert ds["url"] == "http://prometheus:9090" and ds["type"] == "prometheus"
+    uids = {p["datasource"]["uid"] for p in DASH["panels"]} | {t["datasource"]["uid"] for p in DASH["panels"] for t in p["targets"]}
+    assert uids == {ds["uid"]}
+    provider = yaml.safe_load((prov / "dashboards" / "dashboards.yml").read_text())["providers"][0]
+    assert (_container_path("grafana", provider["options"]["path"]) / docs.DASHBOARD.name).resolve() == docs.DASHBOARD
+    home = SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert _container_path("grafana", home) == docs.DASHBOARD
+
+
+def test_dashboard_has_the_panels_operators_need_and_a_sane_layout():
+    titles = [p["title"] for p in DASH["panels"]]
+    assert len(set(titles)) == len(titles)
+    exprs = " ".join(t["expr"] for p in DASH["panels"] for t in p["targets"])
+    for needed in ("released_outlier_count", "outlier_alert_level", "released_flagged_count", "released_subspace_count",
+                   "budget_epsilon_spent", "budget_epsilon_remaining", "windows_released_total",
+                   "windows_suppressed_total", "events_total", "consumer_lag_messages", "release_latency_seconds_bucket"):
+        assert f"dp_monitor_{needed}" in exprs, needed
+    cells = set()
+    for p in DASH["panels"]:
+        g = p["gridPos"]
+        assert 0 <= g["x"] and g["x"] + g["w"] <= 24
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"panel {p['title']} overlaps another"
+                cells.add((x, y))
+        # operators must see on the panel itself whether its numbers are private
+        assert any(tag in p["description"] for tag in ("Differentially private release", "NOT covered", "data-independent")), p["title"]
+
+
+def test_dockerfile_builds_the_package_and_runs_monitor():
+    lines = [l.strip() for l in (REPO / "Dockerfile").read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert lines[0] == "FROM python:3.11-slim"
+    copies = [l.split()[1:-1] for l in lines if l.startswith("COPY")]
+    assert copies, "no COPY line"
+    for sources in copies:
+        for src in sources:
+            assert (REPO / src).exists(), f"COPY {src}: no such path"
+    copied = {s for c in copies for s in c}
+    # pip install . needs the build config, the readme it names, and the package
+    assert {"pyproject.toml", "README.md", "monitor"} <= copied
+    assert any(l.startswith("RUN pip install .") for l in lines)
+    assert json.loads(next(l for l in lines if l.startswith("ENTRYPOINT")).removeprefix("ENTRYPOINT")) == ["monitor"]
+    assert "monitor = \"monitor.cli:main\"" in (REPO / "pyproject.toml").read_text()
+    assert any(l.startswith("USER ") and l != "USER root" for l in lines)
+
+
+def test_dockerignore_keeps_the_context_small_but_not_the_sources():
+    ignored = {l.strip() for l in (REPO / ".dockerignore").read_text().splitlines() if l.strip() and not l.startswith("#")}
+    assert {".git", "tests", "*.sqlite"} <= ignored
+    assert not ignored & {"monitor", "pyproject.toml", "README.md"}
+
+
+def test_alertmanager_routes_to_a_receiver_and_inhibits_real_alerts():
+    am = yaml.safe_load(_container_path("alertmanager", "/etc/alertmanager/alertmanager.yml").read_text())
+    assert am["route"]["receiver"] in {r["name"] for r in am["receivers"]}
+    alerts = {name for name, _ in docs.rule_expressions()}
+    named = set()
+    for rule in am["inhibit_rules"]:
+        for matcher in rule["source_matchers"] + rule["target_matchers"]:
+            # `alertname = X` or `alertname =~ "X|Y"`: every name must be one of our rules,
+            # or a renamed alert would silently stop being inhibited
+            key, _, value = re.split(r"\s*(=~|=)\s*", matcher, maxsplit=1)
+            if key == "alertname":
+                named.update(value.strip('"').split("|"))
+    assert named and named <= alerts, named - alerts

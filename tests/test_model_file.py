@@ -1,0 +1,163 @@
+"""The model file and the `monitor fit` / `monitor score` commands."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from monitor.cli import main
+from monitor.model import GridKNN, ModelFileError
+from monitor.model.file import _canonical
+
+NAMES = ["heart_rate", "spo2", "skin_temp"]
+BOUNDS = [(30.0, 220.0), (70.0, 100.0), (30.0, 42.0)]
+
+
+@pytest.fixture
+def model(tmp_path):
+    X = np.random.default_rng(0).normal([70, 97, 36], [8, 1.5, 0.5], (3000, 3))
+    m = GridKNN(bounds=BOUNDS, feature_names=NAMES, contamination=0.05, random_state=0).fit(X)
+    path = tmp_path / "model.json"
+    m.save(path)
+    return m, path
+
+
+def test_round_trip_gives_identical_scores_and_records_the_guarantee(model):
+    m, path = model
+    m2 = GridKNN.load(path)
+    Y = np.random.default_rng(1).normal([70, 97, 36], [20, 4, 2], (500, 3))
+    np.testing.assert_array_equal(m.score_samples(Y), m2.score_samples(Y))
+    np.testing.assert_array_equal(m.predict(Y), m2.predict(Y))
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 1 and doc["content"]["privacy"]["epsilon"] == 1.0
+    assert doc["content"]["privacy"]["delta"] == 0.0
+    assert [f["name"] for f in doc["content"]["features"]] == NAMES
+    assert path.stat().st_size < 20_000
+
+
+def test_check_features_refuses_other_names_or_bounds(model):
+    m, path = model
+    m2 = GridKNN.load(path)
+    m2.check_features(NAMES, BOUNDS)
+    with pytest.raises(ModelFileError, match="fitted on features"):
+        m2.check_features(["heart_rate", "spo2", "temp"], BOUNDS)
+    with pytest.raises(ModelFileError, match=r"spo2: model \[70.0, 100.0\] vs config \[60.0, 100.0\]"):
+        m2.check_features(NAMES, [BOUNDS[0], (60.0, 100.0), BOUNDS[2]])
+
+
+def _rewrite(path, edit, fix_checksum):
+    doc = json.loads(path.read_text())
+    edit(doc)
+    if fix_checksum:
+        doc["sha256"] = hashlib.sha256(_canonical(doc["content"])).hexdigest()
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("edit, fix, match", [
+    (lambda d: d["content"]["grids"][0]["values"].__setitem__(0, 1e6), False, "checksum"),
+    (lambda d: d.__setitem__("version", 99), False, "version 99"),
+    (lambda d: d["content"]["grids"][0].__setitem__("keys", [5, 3]), True, "malformed"),
+    (lambda d: d["content"].pop("grids"), True, "malformed"),
+    (lambda d: d["content"]["privacy"].__setitem__("delta", 1e-5), True, "pure DP"),
+])
+def test_load_refuses_bad_files(model, edit, fix, match):
+    _, path = model
+    _rewrite(path, edit, fix)
+    with pytest.raises(ModelFileError, match=match):
+        GridKNN.load(path)
+
+
+def test_load_refuses_missing_and_non_json(tmp_path):
+    with pytest.raises(ModelFileError, match="does not exist"):
+        GridKNN.load(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text('{"format": "dp-grid-knn", "vers')
+    with pytest.raises(ModelFileError, match="corrupt"):
+        GridKNN.load(tmp_path / "bad.json")
+
+
+# -- CLI ---------------------------------------------------------------------------------
+CONFIG = """
+features:
+  - {name: heart_rate, min: 30, max: 220}
+  - {name: spo2, min: 70, max: 100}
+  - {name: skin_temp, min: 30, max: 42}
+model: {epsilon: 1.0, contamination: 0.05}
+"""
+
+
+def _write_csv(path, X, extra_first_col=True):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id"] + ["skin_temp", "heart_rate", "spo2"])
+        for i, r in enumerate(X):
+            w.writerow([f"e{i}", r[2], r[0], r[1]])
+
+
+def test_cli_fit_then_score_csv_and_npz(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    X = np.random.default_rng(2).normal([70, 97, 36], [8, 1.5, 0.5], (2000, 3))
+    _write_csv(tmp_path / "ref.csv", X)
+    out = tmp_path / "m.json"
+    assert main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"),
+                 "--out", str(out), "--seed", "3"]) == 0
+    m = GridKNN.load(out)
+    assert m.feature_names_ == NAMES and m.threshold_ is not None
+    Y = np.vstack([X[:5], [[200, 71, 41]]])
+    _write_csv(tmp_path / "ev.csv", Y)
+    assert main(["score", "--model", str(out), "--input", str(tmp_path / "ev.csv"),
+                 "--output", str(tmp_path / "scored.csv"), "--config", str(tmp_path / "config.yaml")]) == 0
+    rows = list(csv.reader(open(tmp_path / "scored.csv")))
+    assert rows[0] == ["id", "skin_temp", "heart_rate", "spo2", "score", "flag"]
+    assert rows[-1][0] == "e5" and rows[-1][-1] == "1"
+    np.testing.assert_allclose([float(r[4]) for r in rows[1:]], m.score_samples(Y), rtol=1e-5)
+    np.savez(tmp_path / "ev.npz", X=Y[:, [1, 0, 2]], feature_names=np.array(["spo2", "heart_rate", "skin_temp"]))
+    capsys.readouterr()
+    assert main(["score", "--model", str(out), "--input", str(tmp_path / "ev.npz")]) == 0
+    assert "6 events scored" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, match", [
+    ("id,heart_rate,spo2\n1,70,97\n", "header lacks column(s) ['skin_temp']"),
+    ("heart_rate,spo2,skin_temp\n70,97,36\n71,abc,36\n", "line 3, column 'spo2': 'abc' is not a number"),
+    ("heart_rate,spo2,skin_temp\n70,97,36\n71,97\n", "line 3: 2 fields"),
+    ("heart_rate,spo2,skin_temp\n70,nan,36\n", "not a finite number"),
+])
+def test_cli_fit_reports_malformed_reference(tmp_path, capsys, content, match):
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    (tmp_path / "ref.csv").write_text(content)
+    rc = main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"),
+               "--out", str(tmp_path / "m.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and match in err and "ref.csv" in err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_cli_score_refuses_model_for_other_features(model, tmp_path, capsys):
+    _, path = model
+    (tmp_path / "config.yaml").write_text(CONFIG.replace("spo2", "o2sat"))
+    (tmp_path / "ev.csv").write_text("heart_rate,o2sat,skin_temp\n70,97,36\n")
+    rc = main(["score", "--model", str(path), "--input", str(tmp_path / "ev.csv"),
+               "--config", str(tmp_path / "config.yaml")])
+    assert rc == 2 and "fitted on features" in capsys.readouterr().err
+
+
+def test_cli_fit_charges_the_reference_ledger_and_stops_when_it_is_spent(tmp_path, capsys):
+    from monitor.budget import ReferenceLedger
+
+    # Budget for two fits of epsilon 1.0, not three.
+    (tmp_path / "config.yaml").write_text(CONFIG + "budget: {reference_epsilon: 2.5}\n")
+    _write_csv(tmp_path / "ref.csv", np.random.default_rng(4).normal([70, 97, 36], [8, 1.5, 0.5], (500, 3)))
+    args = ["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"), "--seed", "1"]
+    assert main(args + ["--out", str(tmp_path / "a.json")]) == 0
+    assert main(args + ["--out", str(tmp_path / "b.json")]) == 0
+    capsys.readouterr()
+    assert main(args + ["--out", str(tmp_path / "c.json")]) == 2
+    assert "reference budget exhausted" in capsys.readouterr().err
+    assert not (tmp_path / "c.json").exists()
+    with ReferenceLedger(tmp_path / "reference-ledger.sqlite", 2.5) as ledger:
+        assert ledger.spent()[0] == pytest.approx(2.0)
+        assert [e.purpose for e in ledger.entries()] == ["fit", "fit"]

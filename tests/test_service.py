@@ -1,0 +1,298 @@
+"""The monitor service end to end on a real broker (embedded Tansu or testcontainers Kafka)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.config import parse_config
+from monitor.release import window_cost
+
+pytestmark = pytest.mark.broker
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.structs import TopicPartition
+
+from monitor.budget.ledger import WindowLedger
+from monitor.errors import MonitorError
+from monitor.stream.service import MonitorService
+
+FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}]
+FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory) -> Path:
+    from monitor.model import GridKNN
+
+    path = tmp_path_factory.mktemp("model") / "model.json"
+    X = np.random.default_rng(0).normal([75, 96], [8, 1.5], size=(2000, 2))
+    GridKNN(epsilon=1.0, bounds=[(30, 220), (70, 100)], contamination=0.05, random_state=0,
+            feature_names=["hr", "spo2"]).fit(X).save(path)
+    return path
+
+
+def make_config(tmp_path: Path, model_path: Path, *, size=1.0, lateness=0.3, **stream):
+    tag = uuid.uuid4().hex[:8]
+    return parse_config({
+        "features": FEATURES,
+        "model": {"path": str(model_path)},
+        "window": {"size_seconds": size, "allowed_lateness_seconds": lateness},
+        "release": {"top_h": 1},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 100.0},
+        "metrics": {"port": 0},
+        "stream": {"input_topic": f"events-{tag}", "alerts_topic": f"alerts-{tag}", "dead_letter_topic": f"dlq-{tag}",
+                   "group_id": f"g-{tag}", "kafka": FAST_GROUP, **stream},
+    })
+
+
+def start(service: MonitorService) -> threading.Thread:
+    errors: list[BaseException] = []
+
+    def target():
+        try:
+            service.run()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the test thread
+            errors.append(err)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.errors = errors  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def finish(thread: threading.Thread, timeout: float = 30.0) -> None:
+    thread.join(timeout)
+    assert not thread.is_alive(), "service did not stop"
+    if thread.errors:  # type: ignore[attr-defined]
+        raise thread.errors[0]  # type: ignore[attr-defined]
+
+
+def read_topic(bootstrap: str, topic: str, expect: int, timeout: float = 10.0) -> list:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None)
+    out: list = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expect and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=200).values():
+            out.extend(records)
+    consumer.close()
+    return out
+
+
+def event(ts: float, i: int, hr: float = 75.0, **extra) -> bytes:
+    return json.dumps({"hr": hr, "spo2": 96.0, "ts": ts, "id": f"e{i}", **extra}).encode()
+
+
+def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap, model_path, tmp_path):
+    # Lateness well above the producer's delays on a loaded machine: no good event is late.
+    cfg = make_config(tmp_path, model_path, size=2.0, lateness=3.0)
+    audit = tmp_path / "audit.jsonl"
+    releases: list[dict] = []
+    service = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=5, audit_path=audit, on_release=releases.append)
+    thread = start(service)
+    assert service.wait_ready(20)
+    metrics_text = urllib.request.urlopen(service.metrics_url, timeout=5).read().decode()
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    t0 = time.time()
+    bad = [b'{"hr": 1,', b"[1]", event(t0, 900, hr="high"), b'{"hr": NaN, "spo2": 96, "ts": 1}', event(t0 + 3600, 901)]
+    for value in bad:
+        producer.send(cfg.stream.input_topic, value)
+    producer.send(cfg.stream.input_topic, event(t0 - 120, 902))  # before the first window: late
+    sent: dict[str, float] = {}
+    while time.time() < t0 + 1.5:  # about two windows of good events
+        ts = time.time()
+        sent[f"e{len(sent)}"] = ts
+        producer.send(cfg.stream.input_topic, event(ts, len(sent) - 1, hr=75 + len(sent) % 10))
+        time.sleep(0.005)
+    producer.flush()
+    deadline = time.monotonic() + 20
+    while not (releases and releases[-1]["window_end"] > max(sent.values())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    service.stop()
+    finish(thread)
+
+    # One record per window, in order, contiguous, each costing exactly the window cost.
+    alerts = read_topic(kafka_bootstrap, cfg.stream.alerts_topic, len(releases))
+    records = [json.loads(a.value) for a in alerts]
+    assert len(records) >= 2 and records == releases
+    ends = [r["window_end"] for r in records]
+    assert ends[-1] > max(sent.values())
+    assert [r["window_start"] for r in records[1:]] == ends[:-1]
+    eps, delta = window_cost(cfg.release, 2)
+    for alert, r in zip(alerts, records):
+        assert alert.key == json.dumps(r["window_start"]).encode()
+        assert dict(alert.headers).get("republished") is None
+        assert (r["epsilon"], r["delta"]) == (eps, delta)
+        assert r["flagged_count"]["mechanism"] == "laplace_global"
+        assert len(r["top_subspaces"]) == 1 and r["top_subspaces"][0]["features"][0] in ("hr", "spo2")
+        assert r["budget"]["epsilon_spent"] <= 100.0 and r["released_at"] >= r["window_end"]
+        for field in ("outlier_count", "flagged_count"):
+            assert set(r[field]) == {"value", "epsilon", "delta", "mechanism"}  # no true value, no sensitivity
+
+    # Every good event is in exactly one audited window (none of the bad or late ones).
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [line["window_start"] for line in lines] == [r["window_start"] for r in records]
+    audited = [i for line in lines for i in line["event_ids"]]
+    assert len(audited) == len(set(audited))
+    assert set(audited) == set(sent)
+    assert service.counts["accepted"] == len(sent)
+    assert service.counts["late"] == 1
+    assert service.counts["dead_letter"] == 5
+
+    # Dead letters keep the original bytes and say why.
+    dead = read_topic(kafka_bootstrap, cfg.stream.dead_letter_topic, 5)
+    reasons = {bytes(m.value): dict(m.headers)["reason"].decode() for m in dead}
+    assert reasons == {bad[0]: "bad_json", bad[1]: "not_object", bad[2]: "wrong_type", bad[3]: "not_finite",
+                       bad[4]: "bad_timestamp"}
+
+    for name in ("dp_monitor_events_total", "dp_monitor_budget_epsilon_limit", "dp_monitor_window_cost_epsilon",
+                 "dp_monitor_info", "dp_monitor_consumer_lag_messages"):
+        assert name in metrics_text
+    n = len(records)
+    assert service.metrics.registry.get_sample_value("dp_monitor_windows_released_total") == n
+    assert service.metrics.registry.get_sample_value("dp_monitor_dead_letters_total", {"reason": "bad_json"}) == 1
+    assert service.metrics.registry.get_sample_value("dp_monitor_release_latency_seconds_count") == n
+    assert service.metrics.registry.get_sample_value("dp_monitor_released_window_end_timestamp_seconds") == ends[-1]
+
+
+def test_unpublished_ledger_entry_is_republished_byte_for_byte_and_not_charged_again(kafka_bootstrap, model_path, tmp_path):
+    cfg = make_config(tmp_path, model_path, size=2.0)
+    now = time.time()
+    start_w = (now // 2) * 2 - 2  # the window just before the current one
+    value = {"value": 1.25, "epsilon": 0.4, "delta": 1e-6, "mechanism": "laplace_smooth"}
+    payload = json.dumps({"window_start": start_w, "window_end": start_w + 2, "released_at": now - 1,
+                          "outlier_count": value, "flagged_count": value, "top_subspaces": [], "stored": "these bytes"})
+    with WindowLedger(cfg.budget.ledger) as ledger:
+        ledger.record_release(start_w, start_w + 2, 1.0, 1e-6, payload)
+    service = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=1, max_windows=1)
+    thread = start(service)
+    finish(thread, 30)
+    alerts = read_topic(kafka_bootstrap, cfg.stream.alerts_topic, 2)
+    assert alerts[0].value == payload.encode()
+    assert dict(alerts[0].headers)["republished"] == b"1"
+    # The schedule resumes right after the ledger's last window.
+    assert json.loads(alerts[1].value)["window_start"] == start_w + 2
+    with WindowLedger(cfg.budget.ledger) as ledger:
+        assert ledger.unpublished() == []
+        assert [e.window_start for e in ledger.entries()] == [start_w, start_w + 2]
+
+
+def test_entity_dedupe_and_offsets_held_by_open_windows_on_stop(kafka_bootstrap, model_path, tmp_path):
+    cfg = make_config(tmp_path, model_path, size=600.0, lateness=0.0, entity_field="patient")
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    admin.create_topics([NewTopic(cfg.stream.input_topic, 1, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    now = time.time()
+    if now % 600 > 590:  # keep the events in the open window of the service's start
+        time.sleep(600 - now % 600 + 0.1)
+        now = time.time()
+    for i in range(6):
+        producer.send(cfg.stream.input_topic, event(now, i, patient=f"p{i % 2}"))
+    producer.flush()
+    service = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=1)
+    thread = start(service)
+    assert service.wait_ready(20)
+    deadline = time.monotonic() + 10
+    while sum(service.counts.values()) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert service.counts == {"accepted": 2, "duplicate_entity": 4}
+    service.stop()
+    finish(thread)
+    # The open window was dropped, not released, and its events were not committed past.
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=cfg.stream.group_id, **FAST_GROUP)
+    assert consumer.committed(TopicPartition(cfg.stream.input_topic, 0)) == 0
+    consumer.close()
+    assert service.windows_closed == 0
+
+
+def test_missing_model_file_says_to_run_fit(kafka_bootstrap, tmp_path):
+    cfg = make_config(tmp_path, tmp_path / "nope.json")
+    with pytest.raises(MonitorError, match="monitor fit"):
+        MonitorService(cfg, bootstrap_servers=kafka_bootstrap).run()
+
+
+def _write_config(tmp_path: Path, model_path: Path, **stream) -> Path:
+    import yaml
+
+    cfg = make_config(tmp_path, model_path, **stream)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    return path
+
+
+def test_cli_run_with_test_only_flags_warns_and_stops_after_max_windows(kafka_bootstrap, model_path, tmp_path):
+    import subprocess
+    import sys
+
+    config = _write_config(tmp_path, model_path)
+    audit = tmp_path / "audit.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", "run", "--config", str(config), "--bootstrap-servers", kafka_bootstrap,
+         "--seed", "3", "--audit-file", str(audit), "--max-windows", "2"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "NOT differentially private" in proc.stderr and "--audit-file" in proc.stderr
+    assert len(audit.read_text().splitlines()) == 2
+
+
+def test_cli_run_without_bootstrap_starts_the_embedded_broker(model_path, tmp_path):
+    import subprocess
+    import sys
+
+    config = _write_config(tmp_path, model_path, bootstrap_servers=None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "monitor", "run", "--config", str(config), "--max-windows", "1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "started the embedded broker on 127.0.0.1:" in proc.stderr
+    assert "released" in proc.stderr
+
+
+def test_cli_missing_model_is_a_plain_error(tmp_path):
+    import subprocess
+    import sys
+
+    config = _write_config(tmp_path, tmp_path / "absent.json")
+    proc = subprocess.run([sys.executable, "-m", "monitor", "run", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "run `monitor fit` first" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("policy", ["release_due", "release_current"])
+def test_stop_policy_decides_the_fate_of_the_current_window(kafka_bootstrap, model_path, tmp_path, policy):
+    # Windows of 10 minutes: the current one is nowhere near its close time when we stop.
+    cfg = make_config(tmp_path, model_path, size=600.0, lateness=1.0)
+    if 600 - time.time() % 600 < 20:  # a window boundary during the test would close a window
+        time.sleep(600 - time.time() % 600 + 0.1)
+    cfg = cfg.model_copy(update={"window": cfg.window.model_copy(update={"on_stop": policy})})
+    service = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=3)
+    thread = start(service)
+    assert service.wait_ready(20)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for i in range(20):
+        producer.send(cfg.stream.input_topic, event(time.time(), i))
+    producer.flush()
+    deadline = time.monotonic() + 10
+    while service.counts.get("accepted", 0) < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    service.stop()
+    finish(thread)
+    with WindowLedger(cfg.budget.ledger) as ledger:
+        entries = ledger.entries()
+    current = int(time.time() // 600) * 600.0
+    if policy == "release_due":
+        assert entries == []
+    else:
+        assert [(e.window_start, e.released, e.published) for e in entries] == [(current, True, True)]

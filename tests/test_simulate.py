@@ -1,0 +1,170 @@
+"""The vital-signs simulator, the bundled reference data, and `monitor simulate` on a real broker."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+import pytest
+
+from monitor.cli import main
+from monitor.config import parse_config
+from monitor.data import REFERENCE_CSV, load_reference
+from monitor.data.vitals import VITAL_FEATURES, simulate_vitals, write_reference_csv
+from monitor.errors import MonitorError
+from monitor.stream.simulate import (
+    MALFORMED_KINDS,
+    AnomalyBurst,
+    FakeClock,
+    SimulationPlan,
+    VitalsSource,
+    resolve_bootstrap,
+    run_simulation,
+)
+
+NAMES = [name for name, _, _ in VITAL_FEATURES]
+LOW = np.array([lo for _, lo, _ in VITAL_FEATURES])
+HIGH = np.array([hi for _, _, hi in VITAL_FEATURES])
+
+
+def test_normal_readings_are_within_bounds_and_look_like_vitals():
+    ids, X, anomalous = simulate_vitals(5000, rng=11)
+    assert X.shape == (5000, 5) and not anomalous.any()
+    assert len(set(ids)) == 200
+    assert np.all((X >= LOW) & (X <= HIGH))
+    mean = dict(zip(NAMES, X.mean(axis=0)))
+    assert 95.5 < mean["spo2"] < 98.5
+    assert 33.0 < mean["skin_temp"] < 35.0
+    assert 60 < mean["heart_rate"] < 95
+    # Activity drives heart rate and respiration, as in real vitals.
+    corr = np.corrcoef(X, rowvar=False)
+    assert corr[NAMES.index("heart_rate"), NAMES.index("activity")] > 0.5
+    assert corr[NAMES.index("resp_rate"), NAMES.index("activity")] > 0.5
+
+
+def test_burst_moves_spo2_and_heart_rate_only():
+    _, X, anomalous = simulate_vitals(4000, rng=5, anomaly_fraction=0.1)
+    assert 0.05 < anomalous.mean() < 0.15
+    shift = X[anomalous].mean(axis=0) - X[~anomalous].mean(axis=0)
+    scaled = dict(zip(NAMES, shift / (HIGH - LOW)))
+    assert scaled["spo2"] < -0.25
+    assert scaled["heart_rate"] > 0.25
+    for other in ("skin_temp", "resp_rate", "activity"):
+        assert abs(scaled[other]) < 0.05, other
+
+
+def test_committed_reference_csv_is_the_generators_output(tmp_path):
+    names, X = load_reference()
+    assert names == NAMES
+    assert X.shape == (4000, 5)
+    assert np.all((X >= LOW) & (X <= HIGH))
+    regenerated = write_reference_csv(tmp_path / "ref.csv")
+    assert regenerated.read_text() == REFERENCE_CSV.read_text(), (
+        "monitor/data/reference-vitals.csv is stale: python -m monitor.data.vitals monitor/data/reference-vitals.csv"
+    )
+
+
+def _run_fake(plan: SimulationPlan, seed: int = 3, n_devices: int = 50):
+    sent: list[tuple[bytes | None, bytes]] = []
+    stats = run_simulation(lambda k, v: sent.append((k, v)), plan, VitalsSource(n_devices=n_devices, seed=seed),
+                           clock=FakeClock(), sleep=FakeClock.sleep)
+    return stats, sent
+
+
+def test_events_are_json_objects_within_bounds_and_paced_over_the_duration():
+    stats, sent = _run_fake(SimulationPlan(rate=100, duration=5))
+    assert stats.events == len(sent) == 500
+    events = [json.loads(v) for _, v in sent]
+    assert all(set(e) == {"device_id", "ts", *NAMES} for e in events)
+    assert all(k == e["device_id"].encode() for (k, _), e in zip(sent, events))
+    X = np.array([[e[n] for n in NAMES] for e in events])
+    assert np.all((X >= LOW) & (X <= HIGH))
+    ts = np.array([e["ts"] for e in events])
+    assert np.all(np.diff(ts) >= 0)
+    assert 4.5 < ts[-1] - ts[0] <= 5.1
+
+
+def test_burst_is_confined_to_its_interval():
+    plan = SimulationPlan(rate=100, duration=10, burst=AnomalyBurst(start=4, duration=2, fraction=0.2))
+    stats, sent = _run_fake(plan)
+    events = [json.loads(v) for _, v in sent]
+    t0 = stats.started_at
+    low_spo2 = [e["ts"] - t0 for e in events if e["spo2"] <= 92]
+    assert stats.anomalous == len(low_spo2) > 20
+    assert min(low_spo2) >= 4 - 0.06 and max(low_spo2) < 6 + 0.06
+
+
+def test_malformed_messages_cover_every_reason_and_do_not_parse_as_valid_events():
+    stats, sent = _run_fake(SimulationPlan(rate=200, duration=5, malformed_rate=0.2))
+    assert set(stats.malformed) == set(MALFORMED_KINDS)
+    assert 120 < stats.malformed_total < 280
+    valid = 0
+    for _, value in sent:
+        try:
+            e = json.loads(value)
+        except ValueError:
+            continue
+        if (isinstance(e, dict) and isinstance(e.get("ts"), float)
+                and all(isinstance(e.get(n), float) and np.isfinite(e[n]) for n in NAMES)):
+            valid += 1
+    assert valid == stats.events - stats.malformed_total
+
+
+def test_simulate_without_a_broker_says_so():
+    cfg = parse_config({"features": [{"name": "spo2", "min": 70, "max": 100}]})
+    with pytest.raises(MonitorError, match="needs a broker"):
+        resolve_bootstrap(None, cfg)
+    pinned = parse_config({"features": [{"name": "spo2", "min": 70, "max": 100}], "stream": {"embedded_broker_port": 9093}})
+    assert resolve_bootstrap(None, pinned) == "127.0.0.1:9093"
+    assert resolve_bootstrap("kafka:9092", pinned) == "kafka:9092"
+
+
+def _read_topic(bootstrap: str, topic: str, expect: int, timeout: float = 15.0) -> list[bytes]:
+    """Every message of ``topic``, read without a consumer group (no join delay), then
+    half a second more to catch any message beyond ``expect``."""
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(values) < expect and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                values.extend(r.value for r in records)
+        for records in consumer.poll(timeout_ms=500).values():
+            values.extend(r.value for r in records)
+        return values
+    finally:
+        consumer.close()
+
+
+@pytest.mark.broker
+def test_monitor_simulate_produces_the_requested_events(kafka_bootstrap, tmp_path):
+    topic = f"sim-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "features:\n"
+        + "".join(f"  - {{name: {n}, min: {lo}, max: {hi}}}\n" for n, lo, hi in VITAL_FEATURES)
+        + f"stream: {{input_topic: {topic}, entity_field: device_id}}\n"
+    )
+    rc = main(["simulate", "--config", str(config), "--bootstrap-servers", kafka_bootstrap,
+               "--rate", "400", "--duration", "2", "--malformed-rate", "0.1", "--seed", "4"])
+    assert rc == 0
+    values = _read_topic(kafka_bootstrap, topic, expect=800)
+    assert len(values) == 800
+    parsed = []
+    for v in values:
+        try:
+            parsed.append(json.loads(v))
+        except ValueError:
+            pass
+    good = [e for e in parsed if isinstance(e, dict) and all(isinstance(e.get(n), float) and np.isfinite(e[n]) for n in NAMES)
+            and isinstance(e.get("ts"), float)]
+    assert 600 < len(good) < 800  # about 10 % malformed
+    assert len({e["device_id"] for e in good}) == 200
