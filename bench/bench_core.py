@@ -277,7 +277,7 @@ def main() -> None:
         goals.append(
             f"- At most 0.1x the global Laplace on the 8-D 5,000-event window: met for eps >= {min(ok):.1f} "
             f"(ratio {min(r['auto'] / r['global_laplace'] for r in tables[key8]):.2f} at best); at eps = 0.1 the ratio "
-            f"is {r01['auto'] / r01['global_laplace']:.2f} and cannot be lower on any window: every U_t >= t + 1, so "
+            f"is {r01['auto'] / r01['global_laplace']:.2f}, and no window can push the Student t noise lower: every U_t >= t + 1, so "
             f"S >= max_t exp(-beta t)(t + 1) = {floor:.0f} at beta = eps/16, a noise std of at least "
             f"{math.sqrt(3) * floor / beta_t[1]:.0f} vs {r01['global_laplace']:.0f}."
         )

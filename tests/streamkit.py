@@ -44,7 +44,7 @@ FEATURES = [
 ]
 
 # Fast consumer-group settings on Tansu (INFRA.md): join in about 1 s.
-FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP  # the test brokers are Tansu too
 
 # Tansu 0.6.0 on s3:// storage answers an idempotent producer with
 # OutOfOrderSequenceNumber as soon as another producer writes concurrently (measured:

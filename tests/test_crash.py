@@ -1,15 +1,18 @@
 """Crash safety of `monitor run` (issue 4): SIGKILL at random moments, then restart.
 
-One run of at least 20 one-second windows on a real broker, the service killed with
-SIGKILL several times (at seeded random moments, and right after a window's audit
-line, i.e. inside the ledger/publish sequence) and restarted each time. Afterwards:
+One run of at least 20 one-second windows on a real broker (3 input partitions, events
+produced in real time), the service killed with SIGKILL six times and restarted each
+time: twice at seeded random moments, and four times inside a window's close sequence
+(audit line -> ledger commit -> publish -> mark published; see KILL_MODES), including
+twice after the alert reached the broker but before the ledger marked it published, so
+that window really is published twice. Afterwards:
 
 - every window is in the ledger exactly once, consecutive, each charged the window cost,
   so the spent budget is windows x cost (and the i-th alert record states i x cost
   spent), and every entry is marked published;
 - every alert record (first publication and re-publications after restart, keyed by the
-  window start) is byte-identical to the ledger payload, and no window was published
-  twice without the ``republished`` header;
+  window start) is byte-identical to the ledger payload, at least one window was
+  published twice, and no window was published twice without the ``republished`` header;
 - a window audited twice (crash between audit and ledger commit) has identical lines;
 - every valid event (unique ``id``, produced in real time) is counted in exactly one
   released window, according to the test-only audit file (true window contents).
@@ -96,7 +99,7 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, fresh_bro
             if mode == "random":
                 time.sleep(rng.uniform(0.0, 1.5 * WINDOW))
             else:
-                # Right after an audit line: the ledger write / publish / commit sequence.
+                # Right after an audit line: inside the ledger commit / publish / mark sequence.
                 seen = audit_line_count(audit)
                 wait_for(lambda: audit_line_count(audit) > seen, 30, "an audit line to kill after",
                          interval=0.001, on_timeout=service.log_tail)
@@ -121,8 +124,8 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, fresh_bro
         service.ensure_alive()
         assert service.terminate() == 0, service.log_tail()
     finally:
+        service.cleanup()  # first: a failing pacer.stop() must not leak the process
         pacer.stop()
-        service.cleanup()
 
     lines = read_audit(audit)
     windows = audit_windows(lines)  # fails if a window was audited twice with different contents

@@ -198,8 +198,8 @@ def test_malformed_messages_go_to_dead_letter_and_valid_ones_are_counted(tmp_pat
         metered = {r: service.metric("dp_monitor_dead_letters_total", reason=r) for r in by_reason}
         assert service.terminate() == 0, service.log_tail()
     finally:
-        producer.close(timeout=5)
         service.cleanup()
+        producer.close(timeout=5)
 
     dead = read_topic(bootstrap, f"{prefix}.dead-letter", timeout=60)
     got = Counter((r.value or b"", (r.header("reason") or b"").decode()) for r in dead)

@@ -49,9 +49,10 @@ def test_promtool_rule_unit_tests_pass():
 
 @needs_promtool
 def test_rule_unit_tests_catch_a_broken_rule(tmp_path):
-    """The unit tests are not vacuous: a surge rule that ignores the level must fail them."""
+    """The unit tests are not vacuous: a surge rule that pages on one window above the level must fail them."""
     rules = docs.RULES.read_text(encoding="utf-8").replace(
-        "> on(instance, job) dp_monitor_outlier_alert_level", "> on(instance, job) 0 * dp_monitor_outlier_alert_level")
+        'dp_monitor_consecutive_windows_above_alert_level{job="dp-monitor"} >= 3',
+        'dp_monitor_consecutive_windows_above_alert_level{job="dp-monitor"} >= 1')
     assert rules != docs.RULES.read_text(encoding="utf-8")
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "dp-monitor.yml").write_text(rules, encoding="utf-8")

@@ -26,7 +26,7 @@ from monitor.errors import MonitorError
 from monitor.stream.service import MonitorService
 
 FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}]
-FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP  # the test brokers are Tansu too
 
 
 @pytest.fixture(scope="module")
@@ -296,3 +296,22 @@ def test_stop_policy_decides_the_fate_of_the_current_window(kafka_bootstrap, mod
         assert entries == []
     else:
         assert [(e.window_start, e.released, e.published) for e in entries] == [(current, True, True)]
+
+
+def test_last_release_time_survives_a_restart(kafka_bootstrap, model_path, tmp_path):
+    """The no-release alert needs the last release time from the ledger, not 0, after a restart."""
+    cfg = make_config(tmp_path, model_path, size=600.0)
+    start_w = (time.time() // 600) * 600 - 600
+    value = {"value": 1.0, "epsilon": 0.4, "delta": 1e-6, "mechanism": "laplace_smooth"}
+    payload = json.dumps({"window_start": start_w, "window_end": start_w + 600, "released_at": 1763700123.5,
+                          "outlier_count": value, "flagged_count": value, "top_subspaces": []})
+    with WindowLedger(cfg.budget.ledger) as ledger:
+        ledger.record_release(start_w, start_w + 600, 1.0, 1e-6, payload)
+        ledger.mark_published(start_w)
+    service = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=1)
+    thread = start(service)
+    assert service.wait_ready(20)
+    text = urllib.request.urlopen(service.metrics_url, timeout=5).read().decode()
+    service.stop()
+    finish(thread)
+    assert "dp_monitor_last_release_timestamp_seconds 1.7637001235e+09" in text

@@ -92,6 +92,15 @@ PANELS: list[tuple[str, str, int, int, str, list[tuple[str, str]], str]] = [
     ("Build and accountant", "stat", 6, 4,
      f"Version, accountant and mechanism of the running monitor. {PUB}",
      [(f"dp_monitor_info{SEL}", "{{version}} {{accountant}} {{mechanism}}")], "none"),
+    ("Windows in a row above alert level", "stat", 6, 4,
+     f"Consecutive released windows whose noisy outlier count exceeded the alert level; the surge alert fires at 3. "
+     f"Computed from released counts only. {DP}",
+     [(f"dp_monitor_consecutive_windows_above_alert_level{SEL}", "")], "short"),
+    ("Window size and lateness", "stat", 6, 4,
+     f"Configured window length and allowed lateness; the no-release alert fires when the last release is older than "
+     f"2 windows + lateness. {PUB}",
+     [(f"dp_monitor_window_size_seconds{SEL}", "window"),
+      (f"dp_monitor_window_allowed_lateness_seconds{SEL}", "lateness")], "s"),
 ]
 
 

@@ -161,9 +161,10 @@ def _smooth(X, k, r, beta, subspace):
     Y, k, r = _prepare(X, k, r, subspace)
     _check_beta(beta)
     n = Y.shape[0]
-    ts = np.arange(0, int(4.0 / beta) + 2)
-    # Every U_t >= t + 1, so this is a lower bound on S reached by any window.
-    floor = float(np.max(np.exp(-beta * ts) * (ts + 1)))
+    # Every U_t >= t + 1, so max_t exp(-beta t)(t + 1), reached at t ~ 1/beta - 1, is a
+    # lower bound on S for any window.
+    t_star = max(0.0, 1.0 / beta - 1.0)
+    floor = max(math.exp(-beta * t) * (t + 1) for t in (math.floor(t_star), math.ceil(t_star)))
     horizon = _horizon(n, beta, floor)
     cap = k + horizon + 1
     deg = degrees(Y, r, cap)

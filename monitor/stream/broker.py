@@ -20,7 +20,12 @@ from pathlib import Path
 
 from monitor.errors import MonitorError
 
-__all__ = ["EmbeddedBroker", "free_port", "broker_binary"]
+__all__ = ["EmbeddedBroker", "free_port", "broker_binary", "EMBEDDED_GROUP_SETTINGS"]
+
+# Consumer-group timing for this broker: Tansu completes a join in about
+# session_timeout_ms / 2 (23 s with kafka-python's default), and accepts timeouts below
+# real Kafka's 6 s minimum.
+EMBEDDED_GROUP_SETTINGS = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -39,6 +39,13 @@ class MonitorMetrics:
             p + "released_subspace_count", "Noisy outlier count of each top-h subspace of the last released window (DP).",
             ["rank", "subspace"], registry=r,
         )
+        # Post-processing of released counts only, so DP as well; the surge rule reads it, so
+        # that "N windows in a row" does not depend on the window size.
+        self.consecutive_above = Gauge(
+            p + "consecutive_windows_above_alert_level",
+            "Consecutive most recent released windows whose released outlier count exceeded the alert level (DP post-processing).",
+            registry=r,
+        )
         # Public schedule
         self.released_window_end = Gauge(p + "released_window_end_timestamp_seconds", "Event-time end of the last released window.", registry=r)
         self.last_release = Gauge(p + "last_release_timestamp_seconds", "Wall-clock time of the last release.", registry=r)
@@ -50,6 +57,8 @@ class MonitorMetrics:
         self.budget_limit = Gauge(p + "budget_epsilon_limit", "Configured epsilon per period.", ["ledger"], registry=r)
         self.window_cost = Gauge(p + "window_cost_epsilon", "Epsilon one window costs.", registry=r)
         self.outlier_alert_level = Gauge(p + "outlier_alert_level", "Released outlier count above which the surge alert counts a window.", registry=r)
+        self.window_size = Gauge(p + "window_size_seconds", "Configured window length (window.size_seconds).", registry=r)
+        self.window_lateness = Gauge(p + "window_allowed_lateness_seconds", "Configured wait for late events after a window's end.", registry=r)
         self.info = Gauge(p + "info", "Build and configuration info.", ["version", "accountant", "mechanism"], registry=r)
         # Operational: NOT private
         self.events = Counter(p + "events", "Events seen, by status (operational, not private).", ["status"], registry=r)
@@ -63,12 +72,34 @@ class MonitorMetrics:
         for status in EVENT_STATUSES:
             self.events.labels(status=status)
         self.windows_suppressed.labels(reason="budget")
+        self._alert_level: float | None = None
         self._server = None
         self._thread = None
 
+    def set_alert_level(self, level: float) -> None:
+        """Export ``metrics.outlier_alert_level`` and count released windows against it from now on.
+
+        >>> m = MonitorMetrics()
+        >>> m.set_alert_level(10)
+        >>> for count in (12, 15, 3, 11, 14):
+        ...     m.observe_release({"outlier_count": {"value": count}, "flagged_count": {"value": 0.0},
+        ...                        "window_end": 60.0, "released_at": 65.0})
+        >>> m.registry.get_sample_value("dp_monitor_consecutive_windows_above_alert_level")
+        2.0
+        """
+        self._alert_level = level
+        self.outlier_alert_level.set(level)
+
     def observe_release(self, record: dict) -> None:
         """Set the DP gauges from one released alert record."""
-        self.released_outlier_count.set(record["outlier_count"]["value"])
+        count = record["outlier_count"]["value"]
+        self.released_outlier_count.set(count)
+        # Only released windows reach here: a suppressed window neither extends nor breaks a run.
+        if self._alert_level is not None:
+            if count > self._alert_level:
+                self.consecutive_above.inc()
+            else:
+                self.consecutive_above.set(0)
         self.released_flagged_count.set(record["flagged_count"]["value"])
         # Subspaces of an older window must not linger as if they were current.
         self.released_subspace_count.clear()

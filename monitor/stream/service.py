@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -27,11 +28,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from kafka.errors import KafkaError
 
 from monitor.config import MonitorConfig
 from monitor.errors import MonitorError
 from monitor.features import scale_to_unit
 from monitor.release import release_window, window_cost
+from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS
 from monitor.stream.events import EventSchema, InvalidEvent
 from monitor.stream.metrics import MonitorMetrics
 from monitor.stream.windows import ClosedWindow, WindowStore
@@ -45,6 +48,9 @@ __all__ = ["MonitorService", "load_model"]
 _CATCH_UP_TIMEOUT_S = 30.0
 _COMMIT_INTERVAL_S = 5.0
 _LAG_INTERVAL_S = 1.0
+# Errors worth waiting out. Anything else is a bug: retrying it forever would only hide
+# that no window is being released, so it stops the service with its traceback.
+_RETRIABLE = (KafkaError, OSError, sqlite3.OperationalError)
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.5, 30.0
 _SEND_TIMEOUT_S = 30.0
 # Alerts are sent without the client's own retries: a broker that restarts loses the
@@ -184,13 +190,20 @@ class MonitorService:
         self._metrics_port = m.serve(cfg.metrics.host, cfg.metrics.port)
         m.budget_limit.labels(ledger="stream").set(cfg.budget.epsilon)
         m.window_cost.set(self.cost[0])
-        m.outlier_alert_level.set(cfg.metrics.outlier_alert_level)
+        m.set_alert_level(cfg.metrics.outlier_alert_level)
+        m.window_size.set(cfg.window.size_seconds)
+        m.window_lateness.set(cfg.window.allowed_lateness_seconds)
         from monitor import __version__
 
         m.info.labels(version=__version__, accountant=cfg.budget.accountant, mechanism=cfg.release.mechanism).set(1)
         at = self.ledger.last_window_end() or time.time()
         m.set_budget("stream", self.accountant.spent(at)[0], self.accountant.remaining(at))
         self._update_reference_budget()
+        # The "no window released for too long" rule must see a stall that begins right
+        # after a restart, so the last release comes from the ledger, not from zero.
+        last = next((e for e in reversed(self.ledger.entries()) if e.released), None)
+        if last is not None:
+            m.last_release.set(json.loads(last.payload)["released_at"])
         log.info("metrics on %s", self.metrics_url)
 
     def _update_reference_budget(self) -> None:
@@ -216,7 +229,10 @@ class MonitorService:
         ensure_topics(self._bootstrap, topics, s.kafka)
         self.producer = make_producer(self._bootstrap, s.kafka)
         self.alert_producer = make_producer(self._bootstrap, s.kafka, **_ALERT_PRODUCER)
-        self.consumer = make_consumer(self._bootstrap, s.group_id, s.kafka)
+        # Tansu joins a group in session_timeout_ms / 2: on the broker we started ourselves,
+        # shorter timeouts than real Kafka accepts make (re)starts take 1 s instead of 3 s.
+        group = {**EMBEDDED_GROUP_SETTINGS, **s.kafka} if self.broker is not None else s.kafka
+        self.consumer = make_consumer(self._bootstrap, s.group_id, group)
         service = self
 
         class _Listener(ConsumerRebalanceListener):
@@ -334,7 +350,7 @@ class MonitorService:
                 backoff = _BACKOFF_MIN_S
             except MonitorError:
                 raise
-            except Exception as err:  # noqa: BLE001 - the broker may come back: keep going
+            except _RETRIABLE as err:  # the broker, the network or the disk may come back: keep going
                 log.error("stream error (retrying in %.1f s): %s: %s", backoff, type(err).__name__, err,
                           exc_info=log.isEnabledFor(logging.DEBUG))
                 self._stop.wait(backoff)
