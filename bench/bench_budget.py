@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.report import write_section  # noqa: E402
-from monitor.budget import BudgetAccountant, WindowLedger, max_windows  # noqa: E402
-from monitor.budget import composition  # noqa: E402
+from report import write_section  # a sibling: run as python bench/bench_budget.py
+from monitor.budget import BudgetAccountant, WindowLedger, max_windows
+from monitor.budget import composition
 
 COSTS = [(1.0, 1.2e-6), (0.5, 1e-6), (0.1, 1e-8)]
 BUDGETS = [(10.0, 1e-5), (100.0, 1e-4)]

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from bench.report import REPO, write_section
+from report import REPO, write_section
 from monitor.dp import noise_source
 from monitor.outliers import (
     choose_mechanism,

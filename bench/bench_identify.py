@@ -25,11 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.report import write_section  # noqa: E402
-from monitor.features import scale_to_unit  # noqa: E402
-from monitor.identify import AnomalyIdentifier  # noqa: E402
+from report import write_section  # a sibling: run as python bench/bench_identify.py
+from monitor.features import scale_to_unit
+from monitor.identify import AnomalyIdentifier
 
 DATASETS = ["4_breastw", "42_WBC", "38_thyroid"]
 DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "datasets"

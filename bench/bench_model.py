@@ -24,9 +24,8 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 sys.path.insert(0, str(SHARED / "tools"))
-sys.path.insert(0, str(REPO))
 
-from bench.report import write_section  # noqa: E402
+from report import write_section  # noqa: E402 (a sibling: run as python bench/bench_model.py)
 from monitor.model import GridKNN  # noqa: E402
 from monitor.model._grid import NoisyGrid, _cells  # noqa: E402
 

@@ -206,10 +206,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.write:
-        import sys
-
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from report import write_section
+        from report import write_section  # a sibling: run as python bench/bench_stream.py
 
         write_section("stream", text)
 
