@@ -177,6 +177,13 @@ class MonitorConfig(_Strict):
             raise ValueError(
                 f"release.subspace_dims ({self.release.subspace_dims}) exceeds the number of features ({len(self.features)})"
             )
+        r = self.release
+        if r.mechanism in ("laplace", "gaussian"):
+            # These smooth mechanisms are (epsilon, delta)-DP only for delta > 0.
+            if r.delta_count == 0:
+                raise ValueError(f"release.delta_count must be positive with release.mechanism {r.mechanism!r}")
+            if r.top_h and r.delta_top_count == 0:
+                raise ValueError(f"release.delta_top_count must be positive with release.mechanism {r.mechanism!r}")
         eps, delta = self.release.window_cost()
         if eps > self.budget.epsilon or delta > self.budget.delta:
             raise ValueError(

@@ -44,3 +44,11 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read configuration"):
         load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
+def test_smooth_mechanism_with_zero_delta_is_refused_at_start(mechanism):
+    with pytest.raises(ConfigError, match=rf"release.delta_top_count must be positive with release.mechanism '{mechanism}'"):
+        parse_config({**BASE, "release": {"mechanism": mechanism, "delta_top_count": 0}})
+    # Pure mechanisms need no delta.
+    parse_config({**BASE, "release": {"mechanism": "student_t", "delta_count": 0, "delta_top_count": 0}})

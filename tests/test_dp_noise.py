@@ -97,3 +97,18 @@ def test_laplace_count_is_unbiased_with_scale_sensitivity_over_epsilon():
     assert (r.epsilon, r.delta, r.mechanism) == (1.0, 0.0, "laplace_global")
     with pytest.raises(ValueError, match="epsilon"):
         laplace_count(3, epsilon=0.0)
+
+
+@pytest.mark.parametrize("rng", [None, 4])
+def test_the_true_value_goes_into_the_sampler_as_center(rng):
+    src = noise_source(rng)
+    assert src.laplace(1e-9, center=42.0) == pytest.approx(42.0, abs=1e-6)
+    out = src.gaussian(1e-9, center=np.array([1.0, 2.0, 3.0]))
+    assert out.shape == (3,) and np.allclose(out, [1.0, 2.0, 3.0], atol=1e-6)
+    # An array centre draws one value per entry, each with its own noise.
+    spread = src.laplace(1.0, center=np.zeros(2000))
+    assert spread.std() == pytest.approx(math.sqrt(2), rel=0.1)
+    with pytest.raises(ValueError, match="center has 2 values but size is 3"):
+        src.laplace(1.0, 3, center=np.zeros(2))
+    with pytest.raises(ValueError, match="center must be finite"):
+        src.laplace(1.0, center=math.nan)

@@ -82,31 +82,45 @@ class NoiseSource:
         return self._seeded
 
     # -- continuous noise -------------------------------------------------------------
-    def laplace(self, scale: float, size: int | None = None) -> float | np.ndarray:
-        """Laplace(0, scale) draws: one float, or an array of ``size``."""
-        _check_scale(scale)
-        n = 1 if size is None else int(size)
-        if self._seeded:
-            out = self.generator.laplace(0.0, scale, n)
-        else:
-            out = np.asarray(_opendp_vector_measurement("laplace", float(scale))([0.0] * n), dtype=float)
-        return float(out[0]) if size is None else out
+    def laplace(self, scale: float, size: int | None = None, *, center: "float | np.ndarray" = 0.0) -> float | np.ndarray:
+        """``center`` + Laplace(0, scale) draws: one float, or an array of ``size`` (or of
+        ``center``'s length when it is an array).
 
-    def gaussian(self, scale: float, size: int | None = None) -> float | np.ndarray:
-        """Normal(0, scale^2) draws."""
+        Pass the true value as ``center``: OpenDP then adds the noise itself, with the
+        exact rounding that defeats floating-point attacks; adding our own float to its
+        noise afterwards would give that up.
+        """
+        return self._continuous("laplace", scale, size, center)
+
+    def gaussian(self, scale: float, size: int | None = None, *, center: "float | np.ndarray" = 0.0) -> float | np.ndarray:
+        """``center`` + Normal(0, scale^2) draws (pass the true value as ``center``, as for laplace)."""
+        return self._continuous("gaussian", scale, size, center)
+
+    def _continuous(self, kind: str, scale: float, size: int | None, center) -> float | np.ndarray:
         _check_scale(scale)
+        c = np.asarray(center, dtype=float)
+        if not np.all(np.isfinite(c)):
+            raise ValueError("center must be finite")
         n = 1 if size is None else int(size)
+        if c.ndim:  # one true value per draw
+            if size is not None and c.size != n:
+                raise ValueError(f"center has {c.size} values but size is {n}")
+            n = c.size
+        values = np.broadcast_to(c.ravel() if c.ndim else c, (n,))
         if self._seeded:
-            out = self.generator.normal(0.0, scale, n)
+            draw = self.generator.laplace if kind == "laplace" else self.generator.normal
+            out = values + draw(0.0, scale, n)
         else:
-            out = np.asarray(_opendp_vector_measurement("gaussian", float(scale))([0.0] * n), dtype=float)
-        return float(out[0]) if size is None else out
+            out = np.asarray(_opendp_vector_measurement(kind, float(scale))(values.tolist()), dtype=float)
+        return float(out[0]) if size is None and not c.ndim else out
 
     def student_t(self, dof: int, scale: float, size: int | None = None) -> float | np.ndarray:
         """scale * T_dof draws, T_dof Student's t with an integer number of degrees of freedom.
 
         No DP library ships a t sampler; we build it from the library's Gaussians as
-        Z * sqrt(dof) / sqrt(Z_1^2 + ... + Z_dof^2), which is exactly t-distributed.
+        Z * sqrt(dof) / sqrt(Z_1^2 + ... + Z_dof^2), which is exactly t-distributed. The
+        ratio and the caller's addition are ordinary float arithmetic: this sampler does
+        not have OpenDP's exact-rounding protection (a known limit, see the README).
         """
         _check_scale(scale)
         if int(dof) != dof or dof < 1:

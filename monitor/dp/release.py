@@ -39,5 +39,5 @@ def laplace_count(count: int, epsilon: float, sensitivity: float = 1.0, rng: "No
         raise ValueError(f"epsilon must be positive, got {epsilon!r}")
     if not sensitivity > 0:
         raise ValueError(f"sensitivity must be positive, got {sensitivity!r}")
-    noise = noise_source(rng).laplace(sensitivity / epsilon)
-    return Release(value=float(count) + noise, epsilon=float(epsilon), delta=0.0, mechanism="laplace_global")
+    value = noise_source(rng).laplace(sensitivity / epsilon, center=float(count))
+    return Release(value=value, epsilon=float(epsilon), delta=0.0, mechanism="laplace_global")

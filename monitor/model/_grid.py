@@ -92,10 +92,10 @@ class NoisyGrid:
         if n_cells <= dense_max_cells:
             full = np.zeros(n_cells)
             full[occupied] = counts
-            full += noise.laplace(scale, n_cells)
+            full = noise.laplace(scale, center=full)  # every cell, empty ones too
             keys = np.flatnonzero(full > theta)
             return cls(features, bins, keys, full[keys])
-        noisy = counts + noise.laplace(scale, occupied.size)
+        noisy = noise.laplace(scale, center=counts.astype(float))
         keep = noisy > theta
         keys, values = occupied[keep], noisy[keep]
         # Empty cells above theta: Binomial(#empty, P(Lap > theta)) of them, uniform

@@ -179,20 +179,21 @@ def private_count(
     if mechanism == "global":
         q = count_outliers(X, k, r, sub)
         scale = global_sensitivity_bound(k, dim) / epsilon
-        return CountRelease(float(q) + source.laplace(scale), float(epsilon), 0.0, "laplace_global", sub)
+        return CountRelease(source.laplace(scale, center=float(q)), float(epsilon), 0.0, "laplace_global", sub)
     beta, div = _smooth_params(mechanism, epsilon, delta)
     q, s = _smooth(X, k, r, beta, sub)
-    value = float(q) + _draw(mechanism, min(s, global_sensitivity_bound(k, dim)) / div, source)
+    value = _draw(mechanism, min(s, global_sensitivity_bound(k, dim)) / div, source, center=float(q))
     spent = 0.0 if mechanism == "student_t" else float(delta)
     return CountRelease(value, float(epsilon), spent, _RELEASE_NAME[mechanism], sub)
 
 
-def _draw(mechanism: str, scale: float, source: NoiseSource, size: int | None = None):
+def _draw(mechanism: str, scale: float, source: NoiseSource, size: int | None = None, center: float = 0.0):
+    # The true value goes in as ``center`` so that OpenDP adds the noise with exact rounding.
     if mechanism == "laplace":
-        return source.laplace(scale, size)
+        return source.laplace(scale, size, center=center)
     if mechanism == "gaussian":
-        return source.gaussian(scale, size)
-    return source.student_t(_T_DOF, scale, size)
+        return source.gaussian(scale, size, center=center)
+    return center + source.student_t(_T_DOF, scale, size)
 
 
 def paper_global_gaussian_count(
@@ -219,4 +220,4 @@ def paper_global_gaussian_count(
     dim = X.shape[1] if sub is None else len(sub)
     std = paper_global_sensitivity_lower_bound(k, dim) * math.sqrt(2 * math.log(2 / delta)) / epsilon
     q = count_outliers(X, k, r, sub)
-    return CountRelease(float(q) + noise_source(rng).gaussian(std), float(epsilon), float(delta), "gaussian_global_paper", sub)
+    return CountRelease(noise_source(rng).gaussian(std, center=float(q)), float(epsilon), float(delta), "gaussian_global_paper", sub)

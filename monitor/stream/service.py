@@ -23,7 +23,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -245,6 +245,11 @@ class MonitorService:
         self._catching_up: dict[Any, float] = {}  # partition -> deadline
         self._targets: dict[Any, int] = {}  # partition -> highwater at assignment
         self._positions: dict[Any, int] = {}  # partition -> next offset to read, from records seen
+        # Dead letters not yet handed to the producer; their offsets stay uncommitted.
+        self._unsent: deque[tuple[Any, InvalidEvent]] = deque()
+        # A closed window not yet in the ledger (its release failed and is retried): while
+        # it exists nothing is committed, because its events are held nowhere else.
+        self._pending: ClosedWindow | None = None
         self.consumer.subscribe([s.input_topic], listener=_Listener())
 
     def _renew_producers(self) -> None:
@@ -323,21 +328,19 @@ class MonitorService:
     def _loop(self) -> None:
         backoff = _BACKOFF_MIN_S
         next_commit = next_lag = 0.0
-        pending: ClosedWindow | None = None  # a window whose release failed, retried first
         while not self._stop.is_set():
             try:
+                self._send_dead_letters()
                 wait = max(0.0, min(0.2, self.store.next_close_time - time.time()))
                 batch = self.consumer.poll(timeout_ms=int(wait * 1000))
                 if batch:
                     self._ingest(batch)
                 if self._caught_up():
-                    if pending is not None:
-                        self._close(pending)
-                        pending = None
+                    if self._pending is not None:
+                        self._close(self._pending)
                     for window in self.store.close_due(time.time()):
-                        pending = window
+                        self._pending = window
                         self._close(window)
-                        pending = None
                         if self._done():
                             break
                 now = time.monotonic()
@@ -377,12 +380,16 @@ class MonitorService:
         if cfg.on_stop == "release_current":
             until += cfg.size_seconds + cfg.allowed_lateness_seconds
         try:
+            if self._pending is not None:
+                self._close(self._pending)
             if self._max_windows is None or self.windows_closed < self._max_windows:
                 if self._catching_up == {} and self.consumer.assignment():
                     for window in self.store.close_due(until):
+                        self._pending = window
                         self._close(window)
                         if self._max_windows is not None and self.windows_closed >= self._max_windows:
                             break
+            self._send_dead_letters()
             self.producer.flush(timeout=_SEND_TIMEOUT_S)
             self._commit(force=True)
         except Exception as err:  # noqa: BLE001 - stopping must finish
@@ -393,6 +400,7 @@ class MonitorService:
         schema, s = self.schema, self.config.stream
         use_kafka_time = s.timestamp_field is None
         valid: list[tuple[Any, Any]] = []  # (record, event)
+        rejected: list[tuple[Any, InvalidEvent]] = []
         counts: Counter[str] = Counter()
         dead: Counter[str] = Counter()
         for tp, records in batch.items():
@@ -402,7 +410,7 @@ class MonitorService:
                 try:
                     valid.append((rec, schema.parse(rec.value)))
                 except InvalidEvent as bad:
-                    self._dead_letter(rec, bad)
+                    rejected.append((rec, bad))
                     dead[bad.reason] += 1
         if valid:
             X = np.array([ev.features for _, ev in valid], dtype=float)
@@ -413,7 +421,7 @@ class MonitorService:
             for i, (rec, ev) in enumerate(valid):
                 ts = rec.timestamp / 1000.0 if use_kafka_time else ev.timestamp
                 if ts >= horizon:
-                    self._dead_letter(rec, InvalidEvent("bad_timestamp", f"{ts:.3f} is beyond the acceptance horizon {horizon:.3f} (now + window + lateness)"))
+                    rejected.append((rec, InvalidEvent("bad_timestamp", f"{ts:.3f} is beyond the acceptance horizon {horizon:.3f} (now + window + lateness)")))
                     dead["bad_timestamp"] += 1
                     continue
                 counts[add(
@@ -430,6 +438,17 @@ class MonitorService:
         for status, n in counts.items():
             self.metrics.events.labels(status=status).inc(n)
         self.counts.update(counts)
+        # Sent last: the valid events are in their windows (memory only, cannot fail)
+        # before anything that talks to the broker, so a failed send loses nothing.
+        self._unsent.extend(rejected)
+        self._send_dead_letters()
+
+    def _send_dead_letters(self) -> None:
+        """Hand the backlog of dead letters to the producer, oldest first, until one fails."""
+        while self._unsent:
+            rec, bad = self._unsent[0]
+            self._dead_letter(rec, bad)
+            self._unsent.popleft()
 
     def _dead_letter(self, rec, bad: InvalidEvent) -> None:
         headers = [
@@ -481,6 +500,8 @@ class MonitorService:
         self.metrics.set_budget("stream", self.accountant.spent(window.end)[0], self.accountant.remaining(window.end))
         self._update_reference_budget()
         self.windows_closed += 1
+        # Stored and published: from here a retry has nothing left to do.
+        self._pending = None
         try:
             self._commit(force=True)
         except Exception as err:  # noqa: BLE001 - the periodic commit will retry
@@ -529,15 +550,20 @@ class MonitorService:
 
     # -- offsets and lag ----------------------------------------------------------------
     def _commit(self, force: bool = False) -> None:
-        """Commit per partition the smallest offset an open window still holds."""
+        """Commit per partition the smallest offset an open window or an unsent dead letter holds.
+
+        Nothing is committed while a closed window awaits its ledger row (``_pending``).
+        """
         from kafka.structs import OffsetAndMetadata
 
         assignment = self.consumer.assignment()
-        if not assignment:
+        if not assignment or self._pending is not None:
             return
         # Dead letters and scores must be on the broker before their offsets are committed.
         self.producer.flush(timeout=_SEND_TIMEOUT_S)
         held = self.store.held_offsets()
+        for rec, _ in self._unsent:
+            held[rec.partition] = min(held.get(rec.partition, rec.offset), rec.offset)
         offsets = {}
         for tp in assignment:
             off = held.get(tp.partition, self._positions.get(tp))
