@@ -45,8 +45,10 @@ def private_top_subspaces(
     """The h candidate subspaces with (noisily) the most outliers, best first.
 
     Utility u(S) = q(W, S) / (k K_|S| + 1) has sensitivity at most 1 for add/remove
-    neighbours (Theorem 4). The h picks without replacement, each with probability
-    proportional to exp((epsilon/h) u / 2), are done in one shot as Gumbel top-h.
+    neighbours (Theorem 4). The h picks without replacement are report-noisy-max with
+    exponential noise of scale 2h/epsilon (permute-and-flip, via OpenDP's noisy top-k):
+    each pick is (epsilon/h)-DP like the exponential mechanism exp((epsilon/h) u / 2),
+    and never less accurate than it.
     Guarantee: (epsilon, 0)-DP; the candidate list must be public (not data-chosen).
 
     >>> X = 0.5 + 0.01 * np.random.default_rng(0).random((300, 3))  # one tight cluster
@@ -67,6 +69,5 @@ def private_top_subspaces(
 
 
 def _select(utility: Sequence[float], h: int, epsilon: float, source: NoiseSource) -> list[int]:
-    """Gumbel top-h with scale 2h/epsilon: h exponential-mechanism picks, epsilon-DP for
-    utilities of sensitivity 1."""
+    """Noisy top-h with scale 2h/epsilon: h picks, epsilon-DP for utilities of sensitivity 1."""
     return source.top_k(utility, h, scale=2.0 * h / epsilon)
