@@ -162,10 +162,13 @@ class MonitorService:
             try:
                 self._republish_unpublished()
                 resume = ledger.last_window_end()
-                first = resume if resume is not None else time.time()
+                # With no ledger yet, start at the oldest window the clock has not closed:
+                # a partition taken over from another instance brings events of windows
+                # that are still open, and they must not count as late here.
+                first = resume if resume is not None else time.time() - cfg.window.allowed_lateness_seconds
                 self.store = WindowStore(cfg.window.size_seconds, cfg.window.allowed_lateness_seconds, first, len(cfg.features))
                 log.info("first window to release starts at %.0f (%s)", self.store.next_start,
-                         "after the ledger's last window" if resume is not None else "now")
+                         "after the ledger's last window" if resume is not None else "the oldest window still open")
                 self._loop()
             finally:
                 self._shutdown_clients()
@@ -250,6 +253,7 @@ class MonitorService:
         # A closed window not yet in the ledger (its release failed and is retried): while
         # it exists nothing is committed, because its events are held nowhere else.
         self._pending: ClosedWindow | None = None
+        self._rewind: dict[Any, int] = {}  # partition -> first offset dropped on revoke
         self.consumer.subscribe([s.input_topic], listener=_Listener())
 
     def _renew_producers(self) -> None:
@@ -287,6 +291,10 @@ class MonitorService:
         for tp in assigned:
             self._catching_up[tp] = deadline
             self._targets.pop(tp, None)
+            if tp in self._rewind:  # ours again: read the events we dropped once more
+                self.consumer.seek(tp, self._rewind[tp])
+                log.info("partition %d: reading again from offset %d", tp.partition, self._rewind[tp])
+        self._rewind.clear()  # the others' new owners start from the committed offsets
         log.info("assigned partitions %s", sorted(tp.partition for tp in assigned))
 
     def _on_revoked(self, revoked) -> None:
@@ -295,11 +303,21 @@ class MonitorService:
         # read since then are read again by the partition's new owner.
         if not revoked or not hasattr(self, "store"):
             return
-        dropped = self.store.drop_partitions(tp.partition for tp in revoked)
+        # kafka-python revokes every partition and then keeps the read position of those
+        # it assigns again: remember where the dropped events start, to seek back there.
+        held = self.store.held_offsets()
+        gone = {tp.partition for tp in revoked}
+        for rec, _ in self._unsent:
+            if rec.partition in gone:
+                held[rec.partition] = min(held.get(rec.partition, rec.offset), rec.offset)
+        self._unsent = deque((rec, bad) for rec, bad in self._unsent if rec.partition not in gone)
+        dropped = self.store.drop_partitions(gone)
         for tp in revoked:
             self._catching_up.pop(tp, None)
             self._targets.pop(tp, None)
             self._positions.pop(tp, None)
+            if tp.partition in held:
+                self._rewind[tp] = held[tp.partition]
         log.info("revoked partitions %s; %d uncommitted events left to their new owner", sorted(tp.partition for tp in revoked), dropped)
 
     def _caught_up(self) -> bool:
