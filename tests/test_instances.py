@@ -250,17 +250,12 @@ def test_two_instances_split_partitions_and_entities(tmp_path, fresh_broker):
           + f"; {len(overlap)} window starts in both; {time.monotonic() - t0:.1f} s")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known bug: after kafka-python's eager revoke and re-assignment, the instance that keeps a "
-    "partition seeks back to the first dropped offset but the events of the window open at the "
-    "handoff (about 10 of 180) are not counted again; a poll in flight during the rebalance is "
-    "the suspect. The new owner's side is fixed (its first window is the oldest one still open)."))
 def test_an_instance_joining_mid_stream_loses_and_repeats_nothing(tmp_path, fresh_broker):
     """Instance b joins while events flow: the rebalance hands one partition over.
 
     kafka-python revokes every partition of a and re-assigns one; a must read again the
-    events it dropped from its open windows, and b must count the events of windows that
-    are still open, not treat them as late. Every produced event is counted exactly once
+    events it dropped from its open windows (and close no window before it has), and b
+    must count the events of windows that are still open, not treat them as late. Every produced event is counted exactly once
     over both instances. (During the handoff one person's events can reach both instances
     in different windows; the README says what that costs.)
     """

@@ -254,6 +254,9 @@ class MonitorService:
         # it exists nothing is committed, because its events are held nowhere else.
         self._pending: ClosedWindow | None = None
         self._rewind: dict[Any, int] = {}  # partition -> first offset dropped on revoke
+        # Between a revoke and the next assignment no window may close: the events dropped
+        # at the revoke are not read again yet, and the old assignment is still visible.
+        self._rebalancing = False
         self.consumer.subscribe([s.input_topic], listener=_Listener())
 
     def _renew_producers(self) -> None:
@@ -295,6 +298,7 @@ class MonitorService:
                 self.consumer.seek(tp, self._rewind[tp])
                 log.info("partition %d: reading again from offset %d", tp.partition, self._rewind[tp])
         self._rewind.clear()  # the others' new owners start from the committed offsets
+        self._rebalancing = False
         log.info("assigned partitions %s", sorted(tp.partition for tp in assigned))
 
     def _on_revoked(self, revoked) -> None:
@@ -303,6 +307,7 @@ class MonitorService:
         # read since then are read again by the partition's new owner.
         if not revoked or not hasattr(self, "store"):
             return
+        self._rebalancing = True
         # kafka-python revokes every partition and then keeps the read position of those
         # it assigns again: remember where the dropped events start, to seek back there.
         held = self.store.held_offsets()
@@ -322,7 +327,7 @@ class MonitorService:
 
     def _caught_up(self) -> bool:
         """True once every assigned partition is read up to its highwater at assignment."""
-        if not self.consumer.assignment():
+        if self._rebalancing or not self.consumer.assignment():
             return False
         now = time.monotonic()
         for tp, deadline in list(self._catching_up.items()):
@@ -401,7 +406,7 @@ class MonitorService:
             if self._pending is not None:
                 self._close(self._pending)
             if self._max_windows is None or self.windows_closed < self._max_windows:
-                if self._catching_up == {} and self.consumer.assignment():
+                if self._catching_up == {} and not self._rebalancing and self.consumer.assignment():
                     for window in self.store.close_due(until):
                         self._pending = window
                         self._close(window)
@@ -424,6 +429,7 @@ class MonitorService:
         for tp, records in batch.items():
             if records:
                 self._positions[tp] = records[-1].offset + 1
+                log.debug("partition %d: offsets %d..%d read", tp.partition, records[0].offset, records[-1].offset)
             for rec in records:
                 try:
                     valid.append((rec, schema.parse(rec.value)))
