@@ -150,16 +150,35 @@ def assigned(service: ServiceProcess) -> list[int] | None:
     return [int(p) for p in events[-1].group(2).replace(" ", "").split(",") if p]
 
 
-def test_two_instances_split_partitions_and_entities(tmp_path, fresh_broker):
-    require_service()
-    t0 = time.monotonic()
-    bootstrap = fresh_broker.bootstrap_servers
+def make_services(tmp_path: Path, bootstrap: str) -> tuple[dict, dict, dict]:
+    """Per instance: its config, audit file and (not yet started) service process."""
     model = write_model(tmp_path / "model.json", seed=SEED)
     create_topic(bootstrap, f"{PREFIX}.events", partitions=2)
     configs = {name: instance_config(tmp_path / name, bootstrap, model, name) for name in INSTANCES}
     audits = {name: tmp_path / name / "audit.jsonl" for name in INSTANCES}
     services = {name: ServiceProcess(configs[name], bootstrap, audits[name], seed=SEED + i, logs=tmp_path / name / "logs")
                 for i, name in enumerate(INSTANCES)}
+    return configs, audits, services
+
+
+def stop_all(services: dict) -> None:
+    """SIGTERM every instance first (so none takes over another's partition), then wait.
+
+    Waiting rather than terminate(): a second SIGTERM during interpreter shutdown, when
+    Python has restored the default handler, would kill the process with -15.
+    """
+    for s in services.values():
+        s.ensure_alive()
+        s.proc.send_signal(signal.SIGTERM)
+    for s in services.values():
+        assert s.proc.wait(30) == 0, s.log_tail()
+
+
+def test_two_instances_split_partitions_and_entities(tmp_path, fresh_broker):
+    require_service()
+    t0 = time.monotonic()
+    bootstrap = fresh_broker.bootstrap_servers
+    configs, audits, services = make_services(tmp_path, bootstrap)
     pacer = KeyedPacer(bootstrap, f"{PREFIX}.events", rate=RATE, seed=SEED)
     logs = lambda: "\n".join(s.log_tail() for s in services.values())  # noqa: E731
     try:
@@ -187,10 +206,7 @@ def test_two_instances_split_partitions_and_entities(tmp_path, fresh_broker):
             s.ensure_alive()
             # Still the assignment the events were produced under: no rebalance happened.
             assert assigned(s) == [partitions[name]], f"instance {name} was rebalanced\n{s.log_tail()}"
-        for s in services.values():
-            s.proc.send_signal(signal.SIGTERM)  # SIGTERM both first, so neither takes over the other's partition
-        for s in services.values():
-            assert s.terminate() == 0, s.log_tail()
+        stop_all(services)
     finally:
         for s in services.values():
             s.cleanup()
@@ -261,12 +277,7 @@ def test_an_instance_joining_mid_stream_loses_and_repeats_nothing(tmp_path, fres
     """
     require_service()
     bootstrap = fresh_broker.bootstrap_servers
-    model = write_model(tmp_path / "model.json", seed=SEED)
-    create_topic(bootstrap, f"{PREFIX}.events", partitions=2)
-    configs = {name: instance_config(tmp_path / name, bootstrap, model, name) for name in INSTANCES}
-    audits = {name: tmp_path / name / "audit.jsonl" for name in INSTANCES}
-    services = {name: ServiceProcess(configs[name], bootstrap, audits[name], seed=SEED + i, logs=tmp_path / name / "logs")
-                for i, name in enumerate(INSTANCES)}
+    configs, audits, services = make_services(tmp_path, bootstrap)
     pacer = KeyedPacer(bootstrap, f"{PREFIX}.events", rate=RATE, seed=SEED + 1)
     logs = lambda: "\n".join(s.log_tail() for s in services.values())  # noqa: E731
     try:
@@ -283,13 +294,7 @@ def test_an_instance_joining_mid_stream_loses_and_repeats_nothing(tmp_path, fres
         last_ts = pacer.last_ts
         wait_for(lambda: all(any(float(w["window_end"]) > last_ts for w in read_audit(audits[n])) for n in INSTANCES),
                  30, "the window of the last event in both instances", interval=0.1, on_timeout=logs)
-        for s in services.values():
-            s.ensure_alive()
-            s.proc.send_signal(signal.SIGTERM)
-        for s in services.values():
-            # Wait, not terminate(): a second SIGTERM during interpreter shutdown (when Python
-            # has restored the default handler) would kill the process with -15.
-            assert s.proc.wait(30) == 0, s.log_tail()
+        stop_all(services)
     finally:
         for s in services.values():
             s.cleanup()
