@@ -5,7 +5,7 @@ program before it touches any data, with the dotted path of the bad key.
 
 >>> cfg = MonitorConfig.model_validate({"features": [{"name": "hr", "min": 30, "max": 220}]})
 >>> cfg.window.size_seconds
-60.0
+3600.0
 >>> cfg.feature_names
 ['hr']
 """
@@ -120,13 +120,28 @@ class ReleaseSettings(_Strict):
     epsilon_top_count: float = Field(0.1, gt=0, description="Epsilon of each chosen subspace's count.")
     delta_top_count: float = Field(1e-10, ge=0, lt=1, description="Delta of each chosen subspace's count.")
 
-    def window_cost(self) -> tuple[float, float]:
-        """(epsilon, delta) one released window costs, by basic composition of its parts."""
+    def top_h_for(self, n_features: int) -> int:
+        """How many subspaces a window reports: top_h, capped at the number of candidates."""
+        if not self.top_h:
+            return 0
+        return min(self.top_h, math.comb(n_features, self.subspace_dims))
+
+    def window_cost(self, n_features: int) -> tuple[float, float]:
+        """(epsilon, delta) one released window costs, by basic composition of its parts.
+
+        Uses ``top_h_for(n_features)``, so the ledger, the alert record, the config check and
+        ``monitor budget`` all state what is really spent.
+
+        >>> ReleaseSettings(epsilon_count=0.4, epsilon_flagged=0.2, epsilon_top=0.2, epsilon_top_count=0.1,
+        ...                 delta_count=1e-6, delta_top_count=1e-7, top_h=5).window_cost(n_features=2)
+        (1.0, 1.2e-06)
+        """
+        h = self.top_h_for(n_features)
         eps = self.epsilon_count + self.epsilon_flagged
         delta = self.delta_count
-        if self.top_h:
-            eps += self.epsilon_top + self.top_h * self.epsilon_top_count
-            delta += self.top_h * self.delta_top_count
+        if h:
+            eps += self.epsilon_top + h * self.epsilon_top_count
+            delta += h * self.delta_top_count
         return eps, delta
 
 
@@ -184,7 +199,7 @@ class MonitorConfig(_Strict):
                 raise ValueError(f"release.delta_count must be positive with release.mechanism {r.mechanism!r}")
             if r.top_h and r.delta_top_count == 0:
                 raise ValueError(f"release.delta_top_count must be positive with release.mechanism {r.mechanism!r}")
-        eps, delta = self.release.window_cost()
+        eps, delta = self.release.window_cost(len(self.features))
         if eps > self.budget.epsilon or delta > self.budget.delta:
             raise ValueError(
                 f"one window costs (epsilon={eps:g}, delta={delta:g}), more than the period budget "

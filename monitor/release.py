@@ -13,12 +13,11 @@ A window releases, each with its own share of the budget (``ReleaseSettings``):
   mechanism), each with its own private outlier count.
 
 The decision to release, and what a release costs, never depend on the data:
-:func:`window_cost` is a function of the settings and the number of features only.
+``ReleaseSettings.window_cost`` is a function of the settings and the number of features only.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -27,34 +26,7 @@ from monitor.config import ReleaseSettings
 from monitor.dp import laplace_count, noise_source
 from monitor.outliers import private_count, private_top_subspaces
 
-__all__ = ["release_window", "window_cost"]
-
-
-def _top_h(settings: ReleaseSettings, n_features: int) -> int:
-    # top_h may exceed the number of candidates (e.g. top 3 of 2 features): report all.
-    if not settings.top_h:
-        return 0
-    return min(settings.top_h, math.comb(n_features, settings.subspace_dims))
-
-
-def window_cost(settings: ReleaseSettings, n_features: int) -> tuple[float, float]:
-    """(epsilon, delta) one released window costs, by basic composition of its parts.
-
-    Same as ``ReleaseSettings.window_cost()`` except that ``top_h`` is capped at the
-    number of candidate subspaces, so that the record states what is really spent.
-
-    >>> s = ReleaseSettings(epsilon_count=0.4, epsilon_flagged=0.2, epsilon_top=0.2, epsilon_top_count=0.1,
-    ...                     delta_count=1e-6, delta_top_count=1e-7, top_h=5, subspace_dims=1)
-    >>> window_cost(s, n_features=2)
-    (1.0, 1.2e-06)
-    """
-    h = _top_h(settings, n_features)
-    eps = settings.epsilon_count + settings.epsilon_flagged
-    delta = settings.delta_count
-    if h:
-        eps += settings.epsilon_top + h * settings.epsilon_top_count
-        delta += h * settings.delta_top_count
-    return eps, delta
+__all__ = ["release_window"]
 
 
 def _public(release) -> dict:
@@ -88,7 +60,7 @@ def release_window(
         None in production (OpenDP); a seed or Generator for tests.
 
     Guarantee: (epsilon, delta)-DP for add/remove neighbouring windows, with
-    (epsilon, delta) = :func:`window_cost` (basic composition of the parts), provided
+    (epsilon, delta) = ``settings.window_cost(d)`` (basic composition of the parts), provided
     each privacy unit contributes at most one event to the window.
 
     >>> rec = release_window(np.zeros((0, 2)), np.zeros(0, bool), ReleaseSettings(top_h=1), ["hr", "spo2"], rng=1)
@@ -111,7 +83,7 @@ def release_window(
     flagged_release = laplace_count(int(flagged.sum()), settings.epsilon_flagged, sensitivity=1.0, rng=src)
 
     top: list[dict] = []
-    h = _top_h(settings, d)
+    h = settings.top_h_for(d)
     if h:
         chosen = private_top_subspaces(X, k, r, h, settings.epsilon_top, settings.subspace_dims, rng=src)
         for rank, subspace in enumerate(chosen, start=1):
@@ -126,7 +98,7 @@ def release_window(
                 "count": _public(count),
             })
 
-    epsilon, delta = window_cost(settings, d)
+    epsilon, delta = settings.window_cost(d)
     return {
         "outlier_count": _public(outliers),
         "flagged_count": _public(flagged_release),

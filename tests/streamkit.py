@@ -146,10 +146,9 @@ def write_config(directory: Path, *, bootstrap: str, model_path: Path, prefix: s
 def window_cost(config_path: Path) -> tuple[float, float]:
     """(epsilon, delta) one released window costs under this config."""
     from monitor.config import load_config
-    from monitor.release import window_cost as cost
 
     cfg = load_config(config_path)
-    return cost(cfg.release, len(cfg.features))
+    return cfg.release.window_cost(len(cfg.features))
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

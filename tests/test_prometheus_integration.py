@@ -139,7 +139,8 @@ def stack(kafka_bootstrap, tmp_path_factory):
     }
     from monitor.config import parse_config
 
-    cost = parse_config(config).release.window_cost()[0]
+    parsed = parse_config(config)
+    cost = parsed.release.window_cost(len(parsed.features))[0]
     config["budget"]["epsilon"] = BUDGET_WINDOWS * cost
     cfg_path = tmp / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config), encoding="utf-8")

@@ -11,7 +11,7 @@ from monitor.config import ReleaseSettings
 
 from monitor import outliers
 from monitor.outliers import candidate_subspaces
-from monitor.release import release_window, window_cost
+from monitor.release import release_window
 
 NAMES = ["hr", "spo2", "temp"]
 MECHANISMS = {"laplace_global", "laplace_smooth", "gaussian_smooth", "student_t_smooth"}
@@ -45,7 +45,7 @@ def test_record_shape_and_total_cost(window):
     assert rec["epsilon"] == pytest.approx(sum(p["epsilon"] for p in parts) + rec["top_subspaces_epsilon"])
     # A pure mechanism (Student's t, global Laplace) reports delta 0 though delta was budgeted.
     assert rec["delta"] >= sum(p["delta"] for p in parts)
-    assert (rec["epsilon"], rec["delta"]) == settings.window_cost()
+    assert (rec["epsilon"], rec["delta"]) == settings.window_cost(len(NAMES))
     json.dumps(rec)  # plain JSON types only
 
 
@@ -81,8 +81,9 @@ def test_top_h_is_capped_at_the_number_of_subspaces(window):
     settings = ReleaseSettings(top_h=5, subspace_dims=2)
     rec = release_window(X, flagged, settings, NAMES, rng=1)
     assert len(rec["top_subspaces"]) == 3 == len(candidate_subspaces(3, 2))
-    assert (rec["epsilon"], rec["delta"]) == window_cost(settings, 3)
-    assert rec["epsilon"] < settings.window_cost()[0]  # the record states what is really spent
+    assert (rec["epsilon"], rec["delta"]) == settings.window_cost(3)
+    uncapped = settings.epsilon_count + settings.epsilon_flagged + settings.epsilon_top + settings.top_h * settings.epsilon_top_count
+    assert rec["epsilon"] < uncapped  # the record states what is really spent
 
 
 def test_flagged_must_match_the_window(window):

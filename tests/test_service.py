@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from monitor.config import parse_config
-from monitor.release import window_cost
 
 pytestmark = pytest.mark.broker
 
@@ -126,7 +125,7 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     ends = [r["window_end"] for r in records]
     assert ends[-1] > max(sent.values())
     assert [r["window_start"] for r in records[1:]] == ends[:-1]
-    eps, delta = window_cost(cfg.release, 2)
+    eps, delta = cfg.release.window_cost(2)
     for alert, r in zip(alerts, records):
         assert alert.key == json.dumps(r["window_start"]).encode()
         assert dict(alert.headers).get("republished") is None

@@ -45,7 +45,7 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
     from monitor.budget.ledger import WindowLedger
 
     b = config.budget
-    eps_cost, delta_cost = config.release.window_cost()
+    eps_cost, delta_cost = config.release.window_cost(len(config.features))
     report: dict[str, Any] = {
         "ledger": str(b.ledger),
         "exists": b.ledger.exists(),

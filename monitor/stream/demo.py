@@ -410,10 +410,8 @@ def _metric_total(text: str, name: str) -> float | None:
 
 def _print_summary(console, board: ReleaseBoard, stats: SimulationStats, config, service, metrics_text: str,
                    wall: float, workdir: Path, temporary: bool) -> None:
-    from monitor.release import window_cost
-
     records = board.records
-    eps, delta = window_cost(config.release, len(config.features))
+    eps, delta = config.release.window_cost(len(config.features))
     counts = service.counts
     console.print("")
     console.print("[bold]demo summary[/bold]")

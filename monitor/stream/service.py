@@ -33,7 +33,7 @@ from kafka.errors import KafkaError
 from monitor.config import MonitorConfig
 from monitor.errors import MonitorError
 from monitor.features import scale_to_unit
-from monitor.release import release_window, window_cost
+from monitor.release import release_window
 from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS
 from monitor.stream.events import EventSchema, InvalidEvent
 from monitor.stream.metrics import MonitorMetrics
@@ -118,7 +118,7 @@ class MonitorService:
         self._metrics_port: int | None = None
         self.broker = None  # the EmbeddedBroker, when we started one
         self.schema = EventSchema.from_config(config)
-        self.cost = window_cost(config.release, len(config.features))
+        self.cost = config.release.window_cost(len(config.features))
         # Operational counts (NOT private), also in the metrics; handy for tests and bench.
         self.counts: Counter[str] = Counter()
         self.windows_closed = 0
@@ -204,7 +204,7 @@ class MonitorService:
         self._update_reference_budget()
         # The "no window released for too long" rule must see a stall that begins right
         # after a restart, so the last release comes from the ledger, not from zero.
-        last = next((e for e in reversed(self.ledger.entries()) if e.released), None)
+        last = self.ledger.last_released()
         if last is not None:
             m.last_release.set(json.loads(last.payload)["released_at"])
         log.info("metrics on %s", self.metrics_url)
