@@ -138,3 +138,11 @@ def test_never_charged_twice_property(ops) -> None:
         assert stored == model
         charged = sum(e.epsilon for e in led.charges(-1.0, 1e9))
         assert charged == pytest.approx(sum(v[1] for v in model.values()))
+
+
+def test_last_released_skips_later_suppressed_windows(ledger: WindowLedger) -> None:
+    assert ledger.last_released() is None
+    ledger.record_release(0.0, 60.0, 1.0, 0.0, "a")
+    ledger.record_suppressed(60.0, 120.0, "budget")
+    last = ledger.last_released()
+    assert (last.window_start, last.payload) == (0.0, "a")

@@ -187,6 +187,14 @@ class WindowLedger:
         with self._tx.read() as conn:
             return conn.execute("SELECT max(window_end) FROM windows").fetchone()[0]
 
+    def last_released(self) -> LedgerEntry | None:
+        """The latest released window, or None if none was released yet."""
+        with self._tx.read() as conn:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM windows WHERE status = 'released' ORDER BY window_end DESC LIMIT 1"
+            ).fetchone()
+        return None if row is None else _entry(row)
+
     def entries(self, since: float | None = None) -> list[LedgerEntry]:
         """All windows with ``window_end > since`` (all if None), oldest first."""
         with self._tx.read() as conn:
