@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,24 @@ def stop_all(services: dict) -> None:
         assert s.proc.wait(30) == 0, s.log_tail()
 
 
+def wait_for_last_window(audits: dict, last_ts: float, logs) -> None:
+    """Until every instance has audited the window that holds the last event sent."""
+    wait_for(lambda: all(any(float(w["window_end"]) > last_ts for w in read_audit(audits[n])) for n in INSTANCES),
+             30, "the window of the last event in both instances", interval=0.1, on_timeout=logs)
+
+
+@contextmanager
+def cleanup(services: dict, pacer: "KeyedPacer"):
+    """Whatever happens inside: no service process and no producer thread outlives the test."""
+    try:
+        yield
+    finally:
+        for s in services.values():
+            s.cleanup()
+        if not pacer._stop.is_set():
+            pacer.stop()
+
+
 def test_two_instances_split_partitions_and_entities(tmp_path, fresh_broker):
     require_service()
     t0 = time.monotonic()
@@ -181,7 +200,7 @@ def test_two_instances_split_partitions_and_entities(tmp_path, fresh_broker):
     configs, audits, services = make_services(tmp_path, bootstrap)
     pacer = KeyedPacer(bootstrap, f"{PREFIX}.events", rate=RATE, seed=SEED)
     logs = lambda: "\n".join(s.log_tail() for s in services.values())  # noqa: E731
-    try:
+    with cleanup(services, pacer):
         for s in services.values():
             s.start()
         # Both in the group, one partition each, and releasing: only then produce, so no
@@ -199,19 +218,12 @@ def test_two_instances_split_partitions_and_entities(tmp_path, fresh_broker):
         pacer.start()
         time.sleep(PRODUCE_SECONDS)
         pacer.stop()
-        last_ts = pacer.last_ts
-        wait_for(lambda: all(any(float(w["window_end"]) > last_ts for w in read_audit(audits[n])) for n in INSTANCES),
-                 30, "the window of the last event in both instances", interval=0.1, on_timeout=logs)
+        wait_for_last_window(audits, pacer.last_ts, logs)
         for name, s in services.items():
             s.ensure_alive()
             # Still the assignment the events were produced under: no rebalance happened.
             assert assigned(s) == [partitions[name]], f"instance {name} was rebalanced\n{s.log_tail()}"
         stop_all(services)
-    finally:
-        for s in services.values():
-            s.cleanup()
-        if not pacer._stop.is_set():
-            pacer.stop()
 
     produced = set(pacer.entity)
     assert len(produced) >= PRODUCE_SECONDS * RATE * 0.5
@@ -280,7 +292,7 @@ def test_an_instance_joining_mid_stream_loses_and_repeats_nothing(tmp_path, fres
     configs, audits, services = make_services(tmp_path, bootstrap)
     pacer = KeyedPacer(bootstrap, f"{PREFIX}.events", rate=RATE, seed=SEED + 1)
     logs = lambda: "\n".join(s.log_tail() for s in services.values())  # noqa: E731
-    try:
+    with cleanup(services, pacer):
         services["a"].start()
         wait_for(lambda: assigned(services["a"]) == [0, 1], 40, "both partitions for a", interval=0.1, on_timeout=logs)
         wait_for(lambda: read_audit(audits["a"]), 20, "a first release", interval=0.1, on_timeout=logs)
@@ -291,15 +303,8 @@ def test_an_instance_joining_mid_stream_loses_and_repeats_nothing(tmp_path, fres
                  and len(assigned(services["a"])) == 1, 40, "the rebalance", interval=0.1, on_timeout=logs)
         time.sleep(PRODUCE_SECONDS * 2 / 3)
         pacer.stop()
-        last_ts = pacer.last_ts
-        wait_for(lambda: all(any(float(w["window_end"]) > last_ts for w in read_audit(audits[n])) for n in INSTANCES),
-                 30, "the window of the last event in both instances", interval=0.1, on_timeout=logs)
+        wait_for_last_window(audits, pacer.last_ts, logs)
         stop_all(services)
-    finally:
-        for s in services.values():
-            s.cleanup()
-        if not pacer._stop.is_set():
-            pacer.stop()
 
     produced = set(pacer.entity)
     assert len(produced) >= PRODUCE_SECONDS * RATE * 0.5
