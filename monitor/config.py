@@ -153,7 +153,10 @@ class BudgetSettings(_Strict):
     delta: float = Field(1e-5, ge=0, lt=1, description="Total delta per privacy unit per period.")
     accountant: Literal["basic", "pld"] = Field("pld", description="Composition: basic sums, or privacy-loss distributions (tighter).")
     ledger: Path = Field(Path("monitor-ledger.sqlite"), description="SQLite ledger of released windows.")
-    reference_epsilon: float = Field(5.0, gt=0, description="Total epsilon for the reference data (fit and identify queries).")
+    reference_epsilon: float = Field(5.0, gt=0, description="Total epsilon-DP for the reference data (fit and DP identify queries); never refills.")
+    reference_sensitive_epsilon: float = Field(
+        5.0, gt=0, description="Total epsilon of each (epsilon, k)-sensitive-privacy notion of identify answers, kept apart from the DP total."
+    )
     reference_ledger: Path = Field(Path("reference-ledger.sqlite"), description="SQLite ledger of the reference data.")
 
 

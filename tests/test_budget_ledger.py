@@ -29,7 +29,7 @@ def test_empty_ledger_is_created_in_wal_mode(tmp_path: Path) -> None:
         assert led.entries() == [] and led.unpublished() == []
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_payload_round_trips_byte_for_byte(ledger: WindowLedger) -> None:

@@ -99,14 +99,17 @@ def _reference_report(config: Any) -> dict[str, Any]:
     report: dict[str, Any] = {"ledger": str(b.reference_ledger), "exists": b.reference_ledger.exists(), "epsilon_limit": b.reference_epsilon}
     if not report["exists"]:
         return report
-    with ReferenceLedger(b.reference_ledger, b.reference_epsilon) as ref:
+    with ReferenceLedger(b.reference_ledger, b.reference_epsilon, b.reference_sensitive_epsilon) as ref:
         eps, delta = ref.spent()
         report.update(
             epsilon_spent=eps,
             delta_spent=delta,
             epsilon_remaining=ref.remaining(),
+            # One total per privacy notion: epsilons of different notions are never added up.
+            notions={n: {"epsilon_spent": ref.spent(n)[0], "epsilon_limit": ref.limit(n), "epsilon_remaining": ref.remaining(n)}
+                     for n in ref.notions()},
             charges=[
-                {"charged_at": c.charged_at, "purpose": c.purpose, "epsilon": c.epsilon, "delta": c.delta, "note": c.note}
+                {"charged_at": c.charged_at, "purpose": c.purpose, "notion": c.notion, "epsilon": c.epsilon, "delta": c.delta, "note": c.note}
                 for c in ref.entries()
             ],
         )
@@ -167,10 +170,14 @@ def _render(report: dict[str, Any]) -> None:
         console.print(f"Reference ledger [bold]{r['ledger']}[/]: no query recorded yet, nothing has been spent "
                       f"(limit epsilon {r['epsilon_limit']:g}).")
         return
-    charges = Table(title=f"Reference budget: spent {r['epsilon_spent']:.4g} of {r['epsilon_limit']:g}, "
+    charges = Table(title=f"Reference budget (epsilon-DP): spent {r['epsilon_spent']:.4g} of {r['epsilon_limit']:g}, "
                           f"{r['epsilon_remaining']:.4g} left (delta spent {r['delta_spent']:.3g})")
-    for col in ("when", "purpose", "epsilon", "delta", "note"):
+    for col in ("when", "purpose", "notion", "epsilon", "delta", "note"):
         charges.add_column(col)
     for c in r["charges"]:
-        charges.add_row(_time(c["charged_at"]), c["purpose"], f"{c['epsilon']:g}", f"{c['delta']:.3g}", c["note"])
+        charges.add_row(_time(c["charged_at"]), c["purpose"], c["notion"], f"{c['epsilon']:g}", f"{c['delta']:.3g}", c["note"])
     console.print(charges)
+    for notion, t in r["notions"].items():
+        if notion != "dp":
+            console.print(f"{notion} answers: spent {t['epsilon_spent']:.4g} of {t['epsilon_limit']:g} "
+                          f"(a separate total: sensitive privacy is not epsilon-DP, and its epsilon is never added to the DP total)")
