@@ -62,6 +62,7 @@ class ClosedWindow:
     X: np.ndarray  # (n, d) raw feature values
     flagged: np.ndarray  # (n,) bool
     event_ids: tuple[str, ...]
+    entities: tuple[str | None, ...] = ()  # per event, when the config names an entity field
 
     @property
     def n_events(self) -> int:
@@ -156,7 +157,8 @@ class WindowStore:
         start, end = n * self.size, (n + 1) * self.size
         if w is None or not w.rows:
             return ClosedWindow(start, end, np.zeros((0, self.n_features)), np.zeros(0, dtype=bool), ())
-        return ClosedWindow(start, end, np.asarray(w.rows, dtype=float), np.asarray(w.flagged, dtype=bool), tuple(w.event_ids))
+        return ClosedWindow(start, end, np.asarray(w.rows, dtype=float), np.asarray(w.flagged, dtype=bool), tuple(w.event_ids),
+                            tuple(w.row_entities))
 
     def held_offsets(self) -> dict[int, int]:
         """Per partition, the smallest offset of an event in a still-open window.
