@@ -67,7 +67,7 @@ def run_private(config, model, people: int, share: float, per_day: int, days: in
             X, entities, _ = traffic.window(i, surges)
             window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
             rec = json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
-            states.append(rec["alarm"]["state"])
+            states.append(rec["alarm_detail"]["state"])
             reports += rec["report"] is not None and "suppressed" not in rec["report"]
         seconds = time.perf_counter() - t0
         day = traffic.windows_per_day * size

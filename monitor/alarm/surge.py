@@ -68,7 +68,7 @@ class AlarmAnswer:
         return self.state in ("fired", "held")
 
     def as_dict(self) -> dict:
-        return {"value": self.alarm, **asdict(self)}
+        return asdict(self)
 
 
 class SurgeAlarm:

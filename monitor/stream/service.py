@@ -32,8 +32,7 @@ from kafka.errors import KafkaError
 
 from monitor.config import MonitorConfig
 from monitor.errors import MonitorError
-from monitor.features import scale_to_unit
-from monitor.release import release_window
+from monitor.release import WindowReleaser
 from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS
 from monitor.stream.events import EventSchema, InvalidEvent
 from monitor.stream.metrics import MonitorMetrics
@@ -57,6 +56,10 @@ _SEND_TIMEOUT_S = 30.0
 # idempotent producer's state, and an internal retry would then write a second copy
 # without the `republished` header. The service retries itself, with the header.
 _ALERT_PRODUCER = {"retries": 0, "enable_idempotence": False}
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def load_model(config: MonitorConfig):
@@ -118,7 +121,7 @@ class MonitorService:
         self._metrics_port: int | None = None
         self.broker = None  # the EmbeddedBroker, when we started one
         self.schema = EventSchema.from_config(config)
-        self.cost = config.release.window_cost(len(config.features))
+        self._operational_port: int | None = None
         # Operational counts (NOT private), also in the metrics; handy for tests and bench.
         self.counts: Counter[str] = Counter()
         self.windows_closed = 0
@@ -131,6 +134,13 @@ class MonitorService:
         if self._metrics_port is None:
             return None
         return f"http://{self.config.metrics.host}:{self._metrics_port}/metrics"
+
+    @property
+    def operational_metrics_url(self) -> str | None:
+        """URL of the operators' (NOT private) Prometheus endpoint, once started."""
+        if self._operational_port is None:
+            return None
+        return f"http://{self.config.metrics.host}:{self._operational_port}/metrics"
 
     @property
     def bootstrap_servers(self):
@@ -156,6 +166,8 @@ class MonitorService:
         try:
             self.accountant = BudgetAccountant(ledger, cfg.budget.epsilon, cfg.budget.delta, cfg.budget.period_seconds, cfg.budget.accountant)
             self.ledger = ledger
+            self.releaser = WindowReleaser(cfg, self.accountant, self.model, rng=self._noise,
+                                           audit=(lambda w, _: self._audit(w, "released")) if self._audit_path else None)
             self._start_broker()
             self._start_metrics()
             self._connect()
@@ -190,15 +202,16 @@ class MonitorService:
 
     def _start_metrics(self) -> None:
         cfg, m = self.config, self.metrics
-        self._metrics_port = m.serve(cfg.metrics.host, cfg.metrics.port)
+        self._metrics_port, self._operational_port = m.serve(cfg.metrics.host, cfg.metrics.port, cfg.metrics.operational_port)
         m.budget_limit.labels(ledger="stream").set(cfg.budget.epsilon)
-        m.window_cost.set(self.cost[0])
-        m.set_alert_level(cfg.metrics.outlier_alert_level)
+        m.alarm_run_cost.set(cfg.alarm.run_epsilon)
+        m.report_cost.set(self.releaser.report_cost[0])
         m.window_size.set(cfg.window.size_seconds)
         m.window_lateness.set(cfg.window.allowed_lateness_seconds)
+        m.publish_delay.set(cfg.window.publish_delay_seconds)
         from monitor import __version__
 
-        m.info.labels(version=__version__, accountant=cfg.budget.accountant, mechanism=cfg.release.mechanism).set(1)
+        m.info.labels(version=__version__, accountant=cfg.budget.accountant, mechanism=cfg.report.mechanism).set(1)
         at = self.ledger.last_window_end() or time.time()
         m.set_budget("stream", self.accountant.spent(at)[0], self.accountant.remaining(at))
         self._update_reference_budget()
@@ -207,7 +220,8 @@ class MonitorService:
         last = self.ledger.last_released()
         if last is not None:
             m.last_release.set(json.loads(last.payload)["released_at"])
-        log.info("metrics on %s", self.metrics_url)
+        log.info("metrics on %s (private values and public facts only); operational metrics (NOT private) on %s",
+                 self.metrics_url, self.operational_metrics_url or "(off)")
 
     def _update_reference_budget(self) -> None:
         """Export the reference ledger (written by `monitor fit` / `identify`), if there is one."""
@@ -491,35 +505,33 @@ class MonitorService:
 
     # -- window close -----------------------------------------------------------------
     def _close(self, window: ClosedWindow) -> None:
-        """Release (or suppress) one window, durably, then publish it."""
-        cfg = self.config
-        close_time = window.end + cfg.window.allowed_lateness_seconds
-
-        def payload(decision) -> str:
-            X = scale_to_unit(window.X, cfg.bounds) if window.n_events else window.X
-            private = release_window(X, window.flagged, cfg.release, cfg.feature_names, rng=self._noise)
-            record = {"window_start": window.start, "window_end": window.end, "released_at": time.time(),
-                      **private, "budget": decision.budget_record()}
-            # Audit BEFORE the ledger commit (inside its transaction): a crash between the
-            # commit and the audit line would leave a released window with no record of its
-            # contents. A crash before the commit re-closes the window from the same
-            # re-read events, so its audit line then appears twice, identical.
-            self._audit(window, "released")
-            return json.dumps(record)
-
-        outcome = self.accountant.release(window.start, window.end, self.cost, payload)
+        """Release (or find in the ledger) one window, durably, then publish it on schedule."""
+        cfg = self.config.window
+        close_time = window.end + cfg.allowed_lateness_seconds
+        # The release is stamped and published at a time fixed by the schedule alone, so
+        # neither the stamp nor the moment it appears says how long the release took.
+        released_at = close_time + cfg.publish_delay_seconds
+        outcome = self.releaser.release(window, released_at)
         entry = outcome.entry
-        if not outcome.replayed and not entry.released:
-            self._audit(window, entry.status)
+        if not outcome.replayed:
+            latency = max(0.0, time.time() - close_time)
+            self.release_latencies.append(latency)
+            self.metrics.release_latency.observe(latency)
         if entry.released:
             # A replayed window that was already published needs nothing more.
             if not entry.published:
+                wait = released_at - time.time()
+                if wait > 0:
+                    self._stop.wait(wait)
+                elif not outcome.replayed:
+                    self.metrics.late_publications.inc()
+                    log.warning("window [%s, %s) published %.1f s after its scheduled time: the release took longer than "
+                                "window.publish_delay_seconds (%g s); raise it", _iso(window.start), _iso(window.end), -wait,
+                                cfg.publish_delay_seconds)
                 self._publish_alert(entry, republished=outcome.replayed)
-                self.release_latencies.append(time.time() - close_time)
-                self.metrics.release_latency.observe(max(0.0, time.time() - close_time))
         elif not outcome.replayed:
             self.metrics.windows_suppressed.labels(reason=entry.reason or "budget").inc()
-            log.warning("window [%.0f, %.0f) suppressed: %s", window.start, window.end, entry.reason)
+            log.warning("window [%s, %s) suppressed: %s", _iso(window.start), _iso(window.end), entry.reason)
         # The budget is a function of event time: the period that ends with this window.
         self.metrics.set_budget("stream", self.accountant.spent(window.end)[0], self.accountant.remaining(window.end))
         self._update_reference_budget()
@@ -534,23 +546,27 @@ class MonitorService:
     def _publish_alert(self, entry, *, republished: bool) -> None:
         """Send the stored bytes, wait for the broker's ack, mark them published."""
         headers = [("republished", b"1")] if republished else []
+        record = json.loads(entry.payload)
         future = self.alert_producer.send(
             self.config.stream.alerts_topic,
             value=entry.payload.encode("utf-8"),
             key=json.dumps(entry.window_start).encode(),
             headers=headers,
+            # The record's timestamp is its scheduled time too, never the moment of sending.
+            timestamp_ms=int(round(record["released_at"] * 1000)),
         )
         self.alert_producer.flush(timeout=_SEND_TIMEOUT_S)
         future.get(timeout=_SEND_TIMEOUT_S)  # raises if the broker did not take it
         self.ledger.mark_published(entry.window_start)
-        record = json.loads(entry.payload)
         try:
             self.metrics.observe_release(record)
         except (KeyError, TypeError) as err:  # a record from an older version: publish it anyway
             log.warning("window [%.0f, %.0f): record lacks %s; metrics not updated", entry.window_start, entry.window_end, err)
         self.metrics.windows_released.inc()
-        log.info("window [%.0f, %.0f) released%s: outliers %.1f, flagged %.1f", entry.window_start, entry.window_end,
-                 " (republished)" if republished else "", record["outlier_count"]["value"], record["flagged_count"]["value"])
+        detail = record.get("alarm_detail") or {}
+        log.info("window [%s, %s) released%s: alarm %s%s", _iso(entry.window_start), _iso(entry.window_end),
+                 " (republished)" if republished else "", detail.get("state", "?"),
+                 " with a detailed report" if record.get("report") and "suppressed" not in record["report"] else "")
         if self._on_release is not None:
             try:
                 self._on_release(record)
