@@ -154,8 +154,8 @@ class ReportSettings(_Strict):
         None, gt=0, description="Also release a detailed report of one window every so many seconds (a public schedule); null: only on pages."
     )
     epsilon_events: float = Field(0.05, gt=0, description="Epsilon of the report's event count (sensitivity 1).")
-    epsilon_grids: float = Field(0.1, gt=0, description="Epsilon of picking the model grid with the most flagged events (report-noisy-max).")
-    epsilon_grid_count: float = Field(0.05, gt=0, description="Epsilon of that grid's flagged count (sensitivity 1).")
+    epsilon_grids: float = Field(0.3, gt=0, description="Epsilon of picking the model grid with the most flagged events (report-noisy-max).")
+    epsilon_grid_count: float = Field(0.1, gt=0, description="Epsilon of that grid's flagged count (sensitivity 1).")
     k: int = Field(5, ge=1, description="An event is an outlier when fewer than k other events lie within radius.")
     radius: float = Field(0.1, gt=0, description="Neighbourhood radius in the scaled [0,1] space (normalised distance).")
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(

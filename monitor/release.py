@@ -180,11 +180,12 @@ class WindowReleaser:
         self.baseline = BaselineTracker(a.epsilon_baseline_flagged, a.epsilon_baseline_events, config.window.size_seconds,
                                         a.baseline_warmup_seconds, a.baseline_refresh_seconds,
                                         flag_cap=a.baseline_flag_cap if config.stream.entity_field else None, rng=self._noise)
-        # Public post-processing of the model: the alarm's strict threshold, each grid's own.
+        # Public post-processing of the model: the alarm's strict threshold, and each grid's
+        # own at the same rate (which grid's flags rose is what a report points at).
         self.alarm_threshold = float(model.threshold_for(a.contamination))
         self.n_grids = len(getattr(model, "grids_", ()))
         self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
-        self.grid_thresholds = model.grid_thresholds(float(model.contamination or 0.05)) if self.n_grids > 1 else None
+        self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
         self._resume()
 
