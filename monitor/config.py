@@ -5,7 +5,7 @@ program before it touches any data, with the dotted path of the bad key.
 
 >>> cfg = MonitorConfig.model_validate({"features": [{"name": "hr", "min": 30, "max": 220}]})
 >>> cfg.window.size_seconds
-3600.0
+300.0
 >>> cfg.feature_names
 ['hr']
 """
@@ -99,7 +99,7 @@ class WindowSettings(_Strict):
         5.0, ge=0, description="Each window's alert is stamped and published this long after the window's close time, "
         "whatever the window held, so that when it appears says nothing about the data (a slower release is published late and counted)."
     )
-    size_seconds: float = Field(3600.0, gt=0, description="Window length.")
+    size_seconds: float = Field(300.0, gt=0, description="Window length.")
     allowed_lateness_seconds: float = Field(5.0, ge=0, description="How long after its end a window waits for late events before it closes.")
     on_stop: Literal["release_due", "release_current"] = Field(
         "release_due",
@@ -161,13 +161,13 @@ class ReportSettings(_Strict):
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
         "auto", description="Noise mechanism for outlier counts; auto picks from public parameters."
     )
-    epsilon_count: float = Field(0.8, gt=0, description="Epsilon of the full-space outlier count.")
+    epsilon_count: float = Field(0.1, gt=0, description="Epsilon of the full-space outlier count (coarse at small shares: a clustered surge does not move it anyway).")
     delta_count: float = Field(1e-9, ge=0, lt=1, description="Delta of the full-space outlier count.")
-    epsilon_flagged: float = Field(0.2, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
-    top_h: int = Field(2, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
+    epsilon_flagged: float = Field(0.1, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
+    top_h: int = Field(1, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
     subspace_dims: int = Field(1, ge=1, description="Dimension of the candidate subspaces.")
-    epsilon_top: float = Field(0.3, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
-    epsilon_top_count: float = Field(0.1, gt=0, description="Epsilon of each chosen subspace's count.")
+    epsilon_top: float = Field(0.1, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
+    epsilon_top_count: float = Field(0.05, gt=0, description="Epsilon of each chosen subspace's count.")
     delta_top_count: float = Field(1e-10, ge=0, lt=1, description="Delta of each chosen subspace's count.")
 
     def top_h_for(self, n_features: int) -> int:
@@ -202,9 +202,9 @@ class BudgetSettings(_Strict):
     """The budget accountant (DESIGN 4)."""
 
     period_seconds: float = Field(86400.0, gt=0, description="Rolling period the budget applies to.")
-    epsilon: float = Field(40.0, gt=0, description="Total epsilon per privacy unit per period.")
-    delta: float = Field(1e-5, ge=0, lt=1, description="Total delta per privacy unit per period.")
-    accountant: Literal["basic", "pld"] = Field("pld", description="Composition: basic sums, or privacy-loss distributions (tighter).")
+    epsilon: float = Field(12.0, gt=0, description="Total epsilon per privacy unit per period.")
+    delta: float = Field(1e-6, ge=0, lt=1, description="Total delta per privacy unit per period.")
+    accountant: Literal["basic", "pld"] = Field("basic", description="Composition: basic sums, or privacy-loss distributions (tighter).")
     ledger: Path = Field(Path("monitor-ledger.sqlite"), description="SQLite ledger of released windows.")
     reference_epsilon: float = Field(5.0, gt=0, description="Total epsilon-DP for the reference data (fit and DP identify queries); never refills.")
     reference_sensitive_epsilon: float = Field(
@@ -246,15 +246,6 @@ class MonitorConfig(_Strict):
             seen.add(f.name)
         return features
 
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed_keys(cls, data: Any) -> Any:
-        # `release` was the name of the report block before the alarm existed.
-        if isinstance(data, dict) and "release" in data and "report" not in data:
-            data = {**data, "report": data["release"]}
-            del data["release"]
-        return data
-
     @model_validator(mode="after")
     def _consistent(self) -> "MonitorConfig":
         if self.report.subspace_dims > len(self.features):
@@ -289,13 +280,20 @@ class MonitorConfig(_Strict):
         return [(f.min, f.max) for f in self.features]
 
 
+# Keys of earlier versions, with what replaced them.
+_RENAMED = {
+    "release": "renamed `report` (the detailed report of a window that pages); move its keys there",
+    "metrics.outlier_alert_level": "removed: the surge alert now fires on the private alarm (see the `alarm` block)",
+}
+
+
 def _format_error(err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration in {source}:"]
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check its spelling)"
+            msg = _RENAMED.get(path, "unknown key (check its spelling)")
         lines.append(f"  {path}: {msg}")
     return "\n".join(lines)
 

@@ -255,7 +255,7 @@ class WindowReleaser:
         # Alarm: open (and charge) a run when one is needed, then answer.
         answer: AlarmAnswer
         if not cfg.alarm.enabled:
-            answer = AlarmAnswer("suppressed", None, 0.0, None, None)
+            answer = AlarmAnswer("off", None, 0.0, None, None)
         else:
             if self.baseline.estimate is not None and self.alarm.needs_run():
                 cost = (self.alarm.epsilon, 0.0)

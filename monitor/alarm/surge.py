@@ -43,7 +43,7 @@ __all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "AlarmState"]
 # Integer units per event of the statistic: tau is a multiple of 1 / RESOLUTION.
 RESOLUTION = 1 << 12
 
-AlarmState = Literal["fired", "held", "quiet", "warming_up", "suppressed"]
+AlarmState = Literal["fired", "held", "quiet", "warming_up", "suppressed", "off"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class AlarmAnswer:
 
     ``state``: "fired" (a positive answer: page), "held" (within ``hold_windows`` after
     one: still paging, no query), "quiet" (a negative answer), "warming_up" (no baseline
-    yet: no query), "suppressed" (the budget could not pay for a run).
+    yet: no query), "suppressed" (the budget could not pay for a run), "off" (``alarm.enabled``
+    is false).
     """
 
     state: AlarmState

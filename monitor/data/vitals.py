@@ -150,7 +150,7 @@ class VitalsSimulator:
 
 def random_cluster(rng: np.random.Generator) -> tuple[float, float]:
     """A (spo2, heart rate) centre for a clustered surge: desaturated and tachycardic."""
-    return float(rng.uniform(80.0, 90.0)), float(rng.uniform(120.0, 170.0))
+    return float(rng.uniform(76.0, 86.0)), float(rng.uniform(130.0, 175.0))
 
 
 def simulate_vitals(

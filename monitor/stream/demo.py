@@ -39,7 +39,7 @@ __all__ = ["configure_demo", "run_demo", "write_demo_config", "ReleaseBoard", "B
 
 _DEMO_DEVICES = 200
 _DEMO_RATE = 200.0          # events per second: each device about once a second
-_ANOMALY_FRACTION = 0.15    # 30 devices, clustered: each other's neighbours, invisible to the seed's outlier count
+_ANOMALY_FRACTION = 0.2     # 40 devices, clustered: each other's neighbours, invisible to the seed's outlier count
 _MALFORMED_RATE = 0.005     # a few dead letters to show that path too
 _READY_TIMEOUT_S = 30.0
 

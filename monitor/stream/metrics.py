@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 __all__ = ["MonitorMetrics", "EVENT_STATUSES", "ALARM_STATES"]
 
 EVENT_STATUSES = ("accepted", "dead_letter", "late", "duplicate_entity")
-ALARM_STATES = ("fired", "held", "quiet", "warming_up", "suppressed")
+ALARM_STATES = ("fired", "held", "quiet", "warming_up", "suppressed", "off")
 
 # Release latency is dominated by the detailed report's smooth sensitivity (ms to s) and
 # the broker round trip; buckets from 5 ms to 1 min.
