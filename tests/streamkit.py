@@ -63,7 +63,7 @@ def require_service() -> None:
         ("monitor.stream.cli", "configure_run"),
         ("monitor.budget", "WindowLedger"),
         ("monitor.model", "GridKNN"),
-        ("monitor.release", "release_window"),
+        ("monitor.release", "WindowReleaser"),
         ("monitor.outliers", "private_count"),
         ("monitor.outliers", "private_top_subspaces"),
     ]:
