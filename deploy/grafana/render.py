@@ -79,7 +79,7 @@ def plot(series: dict[str, list], out: Path, subtitle: str = "") -> None:
     for ax, (title, lines) in zip(axes.flat, series.items()):
         for legend, ts, vs in lines:
             dashed = legend in DASHED  # drawn as in Grafana: a threshold or a baseline, not data
-            ax.plot(ts, vs, label=legend, linestyle="--" if dashed else "-", color="red" if dashed else None)
+            ax.plot(ts, vs, label=legend, linestyle="--" if dashed else "-")
         ax.set_title(title, fontsize=10)
         if lines:
             ax.legend(fontsize=7, loc="upper left")
