@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from deploykit import OPERATIONAL_DASHBOARD, dashboard_queries
 from monitor import docs
 from monitor.cli import COMMANDS
 from monitor.config import load_config
@@ -19,6 +20,7 @@ DEPLOY = REPO / "deploy"
 COMPOSE = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text(encoding="utf-8"))
 SERVICES = COMPOSE["services"]
 DASH = json.loads(docs.DASHBOARD.read_text(encoding="utf-8"))
+OPS_DASH = json.loads(OPERATIONAL_DASHBOARD.read_text(encoding="utf-8"))
 
 
 def _mounts(service: dict) -> list[tuple[Path, str]]:
@@ -79,41 +81,83 @@ def test_compose_commands_are_real_monitor_commands_on_a_valid_config():
     assert f"test -f {cfg.model.path}" in fit
     ref = re.search(r"--reference (\S+)", fit).group(1)
     assert (REPO / Path(ref).relative_to("/app")).is_file()
-    # Prometheus scrapes the monitor at the port its config serves on
+    # The operators' Prometheus scrapes both endpoints at the ports the config serves on,
+    # the analysts' one only the private endpoint (the trust boundary).
     prom_cfg = yaml.safe_load(_container_path("prometheus", "/etc/prometheus/prometheus.yml").read_text())
-    assert prom_cfg["scrape_configs"][0]["static_configs"][0]["targets"] == [f"monitor:{cfg.metrics.port}"]
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom_cfg["scrape_configs"]}
+    assert jobs == {"dp-monitor": [f"monitor:{cfg.metrics.port}"], "dp-monitor-operational": [f"monitor:{cfg.metrics.operational_port}"]}
     assert prom_cfg["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    analysts = SERVICES["prometheus-analysts"]
+    config_file = next(a.split("=", 1)[1] for a in analysts["command"] if a.startswith("--config.file="))
+    analysts_cfg = yaml.safe_load(_container_path("prometheus-analysts", config_file).read_text())
+    assert [(j["job_name"], j["static_configs"][0]["targets"]) for j in analysts_cfg["scrape_configs"]] == \
+        [("dp-monitor", [f"monitor:{cfg.metrics.port}"])]
+    published = {p.rsplit(":", 1)[1] for p in SERVICES["monitor"]["ports"]}
+    assert published == {str(cfg.metrics.port), str(cfg.metrics.operational_port)}
 
 
-def test_grafana_provisioning_finds_the_dashboard_and_its_datasource():
+def _uids(dash: dict) -> set[str]:
+    return ({p["datasource"]["uid"] for p in dash["panels"]} | {t["datasource"]["uid"] for p in dash["panels"] for t in p["targets"]}
+            | {v["datasource"]["uid"] for v in dash["templating"]["list"]} | {a["datasource"]["uid"] for a in dash["annotations"]["list"]})
+
+
+def test_grafana_provisioning_finds_both_dashboards_each_on_its_own_side_of_the_boundary():
     prov = _container_path("grafana", "/etc/grafana/provisioning")
-    ds = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())["datasources"][0]
-    assert ds["url"] == "http://prometheus:9090" and ds["type"] == "prometheus"
-    uids = {p["datasource"]["uid"] for p in DASH["panels"]} | {t["datasource"]["uid"] for p in DASH["panels"] for t in p["targets"]}
-    assert uids == {ds["uid"]}
+    sources = {d["uid"]: d for d in yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())["datasources"]}
+    assert {d["type"] for d in sources.values()} == {"prometheus"}
+    # the analysts' dashboard reads only the analysts' Prometheus (the private job alone) ...
+    (analysts_uid,) = _uids(DASH)
+    assert sources[analysts_uid]["url"] == "http://prometheus-analysts:9090"
+    # ... the operators' dashboard the operators' Prometheus
+    (ops_uid,) = _uids(OPS_DASH)
+    assert sources[ops_uid]["url"] == "http://prometheus:9090"
     provider = yaml.safe_load((prov / "dashboards" / "dashboards.yml").read_text())["providers"][0]
-    assert (_container_path("grafana", provider["options"]["path"]) / docs.DASHBOARD.name).resolve() == docs.DASHBOARD
+    folder = _container_path("grafana", provider["options"]["path"])
+    for path in (docs.DASHBOARD, OPERATIONAL_DASHBOARD):
+        assert (folder / path.name).resolve() == path
     home = SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert _container_path("grafana", home) == docs.DASHBOARD
 
 
-def test_dashboard_has_the_panels_operators_need_and_a_sane_layout():
-    titles = [p["title"] for p in DASH["panels"]]
+ANALYST_NEEDS = ("alarm_state", "alarm_pages_total", "alarm_threshold_events", "baseline_flagged_rate",
+                 "report_flagged_count{instance=~\"$instance\"} / clamp_min(dp_monitor_report_event_count", "report_outlier_count",
+                 "report_top_grid_flagged_count", "report_subspace_count", "budget_epsilon_spent", "budget_epsilon_remaining",
+                 "windows_released_total")
+OPERATOR_NEEDS = ("events_total", "dead_letters_total", "consumer_lag_messages", "release_latency_seconds_bucket",
+                  "late_publications_total")
+
+
+def test_dashboards_have_the_panels_their_readers_need_and_a_sane_layout():
+    for dash, needs in ((DASH, ANALYST_NEEDS), (OPS_DASH, OPERATOR_NEEDS)):
+        _check_dashboard(dash, needs)
+    kinds = {p["title"]: p["type"] for p in DASH["panels"]}
+    assert kinds["Surge alarm state"] == "state-timeline"
+
+
+def test_the_analysts_dashboard_reads_no_operational_metric():
+    operational = {name for name, kind, *_ in docs.registry_families() if "NOT private" in docs.PRIVACY[name]}
+    assert len(operational) >= 5
+    read = {docs.family_name(n) for _, e in dashboard_queries(docs.DASHBOARD) for n in docs.metric_names(e)}
+    assert read and not read & operational
+    read_ops = {docs.family_name(n) for _, e in dashboard_queries(OPERATIONAL_DASHBOARD) for n in docs.metric_names(e)}
+    assert read_ops and read_ops <= operational
+
+
+def _check_dashboard(dash: dict, needs: tuple[str, ...]) -> None:
+    titles = [p["title"] for p in dash["panels"]]
     assert len(set(titles)) == len(titles)
-    exprs = " ".join(t["expr"] for p in DASH["panels"] for t in p["targets"])
-    for needed in ("released_outlier_count", "outlier_alert_level", "released_flagged_count", "released_subspace_count",
-                   "budget_epsilon_spent", "budget_epsilon_remaining", "windows_released_total",
-                   "windows_suppressed_total", "events_total", "consumer_lag_messages", "release_latency_seconds_bucket"):
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for needed in needs:
         assert f"dp_monitor_{needed}" in exprs, needed
     cells = set()
-    for p in DASH["panels"]:
+    for p in dash["panels"]:
         g = p["gridPos"]
         assert 0 <= g["x"] and g["x"] + g["w"] <= 24
         for x in range(g["x"], g["x"] + g["w"]):
             for y in range(g["y"], g["y"] + g["h"]):
                 assert (x, y) not in cells, f"panel {p['title']} overlaps another"
                 cells.add((x, y))
-        # operators must see on the panel itself whether its numbers are private
+        # readers must see on the panel itself whether its numbers are private
         assert any(tag in p["description"] for tag in ("Differentially private release", "NOT covered", "data-independent")), p["title"]
 
 

@@ -22,7 +22,7 @@ def test_config_reference_lists_every_key_of_the_model():
     for section, field in MonitorConfig.model_fields.items():
         for key in getattr(field.annotation, "model_fields", {}):  # the nested sections
             assert f"`{section}.{key}`" in ref, (section, key)
-    assert "`features[].max`" in ref and "`release.mechanism` | `auto` \\| `global`" in ref
+    assert "`features[].max`" in ref and "`report.mechanism` | `auto` \\| `global`" in ref
 
 
 def test_every_exported_metric_has_a_privacy_class_and_a_reference_row():

@@ -1,176 +1,281 @@
-"""Generate the Grafana dashboard JSON (deploy/grafana/dashboards/dp-monitor.json).
+"""Generate the two Grafana dashboards, one per side of the metrics trust boundary.
 
-Kept as code rather than hand-edited JSON so that every query lives in one readable
-list, and the tests can check that each one runs on a real Prometheus and uses only
-metric names the service exports. Re-generate after editing:
+- ``dashboards/dp-monitor.json``, "DP outlier monitor": for analysts. ONLY metrics of the
+  private endpoint (``metrics.port``, job ``dp-monitor``): the private surge alarm, the
+  baseline, the detailed reports, the budget, the schedule. Its datasource (uid
+  ``prometheus``) must be a Prometheus that scrapes nothing else.
+- ``dashboards/dp-monitor-operational.json``, "DP outlier monitor: operations": for
+  operators. ONLY metrics of the operational endpoint (``metrics.operational_port``, job
+  ``dp-monitor-operational``): events, dead letters, lag, latency, late publications.
+  NOT private; datasource uid ``prometheus-operational`` (the operators' Prometheus).
 
-    python deploy/grafana/dashboard.py           # writes the JSON
-    python deploy/grafana/dashboard.py --check   # exit 1 if the JSON is stale (CI)
+Kept as code rather than hand-edited JSON so that every query lives in one readable list,
+and the tests can check that each one runs on a real Prometheus and reads only its own
+side's metrics. Re-generate after editing:
 
-Each panel's description says whether its numbers are differentially private,
-because operators read the dashboard, not the README.
+    python deploy/grafana/dashboard.py           # writes both JSON files
+    python deploy/grafana/dashboard.py --check   # exit 1 if one is stale (CI)
+
+Each panel's description says whether its numbers are differentially private, because
+people read the dashboard, not the README.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "dashboards" / "dp-monitor.json"
-UID = "dp-outlier-monitor"
-DATASOURCE = {"type": "prometheus", "uid": "prometheus"}  # fixed uid, see provisioning/datasources
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "dashboards" / "dp-monitor.json"
+OPERATIONAL_OUT = HERE / "dashboards" / "dp-monitor-operational.json"
+# Fixed datasource uids, see provisioning/datasources: each dashboard names the
+# Prometheus of its own side of the boundary.
+DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
+OPERATIONAL_DATASOURCE = {"type": "prometheus", "uid": "prometheus-operational"}
 
-# Every query is filtered by the instance variable so that one dashboard serves
-# several monitors; tests substitute it (and the Grafana interval macros) before
-# sending the query to Prometheus.
+# Every query is filtered by the instance variable so that one dashboard serves several
+# monitors; tests substitute it (and the Grafana interval macro) before sending the query
+# to Prometheus (monitor.docs.grafana_to_promql).
 SEL = '{instance=~"$instance"}'
 RATE = "$__rate_interval"
 
 DP = "Differentially private release: safe to share."
-OPS = "Operational, NOT covered by the privacy guarantee: keep inside the trust boundary."
 PUB = "Public schedule/configuration: data-independent."
+OPS = "Operational, NOT covered by the privacy guarantee: operators only, never on the analysts' dashboard."
+REPORT = "Updated only when a detailed report is released (on a page, or on report.every_seconds); the values stay until the next one."
 
 # Panels the README figure shows and the integration test requires to return data.
 CORE_PANELS = [
-    "Released outlier count vs alert level",
-    "Released flagged count",
+    "Surge alarm state",
+    "Alarm threshold vs baseline",
+    "Flagged rate",
+    "Detailed report: counts",
     "Privacy budget (epsilon)",
-    "Windows released / suppressed",
-    "Events by status",
-    "Consumer lag",
+    "Windows released",
 ]
 
-# (title, type, width, height, description, [(expr, legend)], unit)
-PANELS: list[tuple[str, str, int, int, str, list[tuple[str, str]], str]] = [
-    ("Released outlier count vs alert level", "timeseries", 12, 8,
-     f"Noisy full-space outlier count of each released window, and the configured surge level. {DP}",
-     [(f"dp_monitor_released_outlier_count{SEL}", "released outliers"),
-      (f"dp_monitor_outlier_alert_level{SEL}", "alert level")], "short"),
-    ("Released flagged count", "timeseries", 12, 8,
-     f"Noisy count of events the private model flagged, per released window. {DP}",
-     [(f"dp_monitor_released_flagged_count{SEL}", "flagged")], "short"),
-    ("Top subspaces (last window)", "bargauge", 8, 8,
-     f"Noisy outlier counts of the top-h subspaces picked by the exponential mechanism. {DP}",
-     [(f"sort_desc(dp_monitor_released_subspace_count{SEL})", "#{{rank}} {{subspace}}")], "short"),
-    ("Top subspaces over time", "timeseries", 16, 8,
-     f"Which subspaces were picked, window by window, and their noisy counts. {DP}",
-     [(f"dp_monitor_released_subspace_count{SEL}", "{{subspace}}")], "short"),
-    ("Privacy budget (epsilon)", "timeseries", 12, 8,
-     f"Epsilon spent and left in the current period, per ledger. {PUB}",
-     [(f"dp_monitor_budget_epsilon_spent{SEL}", "spent ({{ledger}})"),
-      (f"dp_monitor_budget_epsilon_remaining{SEL}", "left ({{ledger}})"),
-      (f"dp_monitor_budget_epsilon_limit{SEL}", "limit ({{ledger}})")], "short"),
-    ("Windows released / suppressed", "timeseries", 12, 8,
-     f"Windows per interval; a suppressed window was not released because the budget forbade it. {PUB}",
-     [(f"sum(increase(dp_monitor_windows_released_total{SEL}[{RATE}]))", "released"),
-      (f"sum by (reason) (increase(dp_monitor_windows_suppressed_total{SEL}[{RATE}]))", "suppressed ({{reason}})")],
-     "short"),
-    ("Events by status", "timeseries", 12, 8,
-     f"Event rate by status (accepted, dead_letter, late, duplicate_entity). {OPS}",
-     [(f"sum by (status) (rate(dp_monitor_events_total{SEL}[{RATE}]))", "{{status}}")], "ops"),
-    ("Dead letters by reason", "timeseries", 12, 8,
-     f"Malformed events per second by reason. {OPS}",
-     [(f"sum by (reason) (rate(dp_monitor_dead_letters_total{SEL}[{RATE}]))", "{{reason}}")], "ops"),
-    ("Consumer lag", "timeseries", 12, 8,
-     f"Messages behind the input topic's end, per partition. {OPS}",
-     [(f"sum by (partition) (dp_monitor_consumer_lag_messages{SEL})", "partition {{partition}}")], "short"),
-    ("Release latency", "timeseries", 12, 8,
-     f"From window close to alert published (quantiles over the interval). {OPS}",
-     [(f"histogram_quantile(0.5, sum by (le) (rate(dp_monitor_release_latency_seconds_bucket{SEL}[{RATE}])))", "p50"),
-      (f"histogram_quantile(0.95, sum by (le) (rate(dp_monitor_release_latency_seconds_bucket{SEL}[{RATE}])))", "p95")],
-     "s"),
-    ("Since last release", "stat", 6, 4,
-     f"Wall-clock seconds since the last released window. {PUB}",
-     [(f"time() - dp_monitor_last_release_timestamp_seconds{SEL}", "")], "s"),
-    ("Epsilon per window", "stat", 6, 4,
-     f"Configured epsilon one window costs. {PUB}",
-     [(f"dp_monitor_window_cost_epsilon{SEL}", "")], "short"),
-    ("Last window end (event time)", "stat", 6, 4,
-     f"Event-time end of the last released window. {PUB}",
-     [(f"dp_monitor_released_window_end_timestamp_seconds{SEL} * 1000", "")], "dateTimeAsIso"),
-    ("Build and accountant", "stat", 6, 4,
-     f"Version, accountant and mechanism of the running monitor. {PUB}",
-     [(f"dp_monitor_info{SEL}", "{{version}} {{accountant}} {{mechanism}}")], "none"),
-    ("Windows in a row above alert level", "stat", 6, 4,
-     f"Consecutive released windows whose noisy outlier count exceeded the alert level; the surge alert fires at 3. "
-     f"Computed from released counts only. {DP}",
-     [(f"dp_monitor_consecutive_windows_above_alert_level{SEL}", "")], "short"),
-    ("Window size and lateness", "stat", 6, 4,
-     f"Configured window length and allowed lateness; the no-release alert fires when the last release is older than "
-     f"2 windows + lateness. {PUB}",
-     [(f"dp_monitor_window_size_seconds{SEL}", "window"),
-      (f"dp_monitor_window_allowed_lateness_seconds{SEL}", "lateness")], "s"),
+# Alarm states (monitor.stream.metrics.ALARM_STATES) and how the timeline colours them.
+STATE_COLOURS = {"fired": "red", "held": "orange", "quiet": "green", "warming_up": "blue", "suppressed": "purple"}
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    kind: str                      # timeseries, stat, bargauge, state-timeline
+    w: int
+    h: int
+    description: str
+    queries: list[tuple[str, str]]  # (expr, legend)
+    unit: str = "short"
+    overrides: list[dict] = field(default_factory=list)
+    mappings: list[dict] = field(default_factory=list)
+
+    @property
+    def instant(self) -> bool:
+        # top-h subspaces and the top grid are a snapshot of the last report, not a series
+        return self.kind == "bargauge"
+
+
+def _dashed(name: str, colour: str) -> dict:
+    """A threshold or a baseline, not data: drawn dashed."""
+    return {"matcher": {"id": "byName", "options": name},
+            "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                           {"id": "color", "value": {"mode": "fixed", "fixedColor": colour}}]}
+
+
+def _colour(name: str, colour: str) -> dict:
+    return {"matcher": {"id": "byName", "options": name},
+            "properties": [{"id": "color", "value": {"mode": "fixed", "fixedColor": colour}}]}
+
+
+# ------------------------------------------------------------------ analysts (private)
+PRIVATE_PANELS: list[Panel] = [
+    Panel("Surge alarm state", "state-timeline", 18, 6,
+          "The private surge alarm's state each window: fired (a page), held (the alarm.hold_windows after one), quiet, "
+          f"warming_up (no baseline yet), suppressed (no budget for an alarm run, or alarm.enabled false). {DP}",
+          [(f"dp_monitor_alarm_state{SEL}", "{{state}}")], "none",
+          overrides=[_colour(state, colour) for state, colour in STATE_COLOURS.items()],
+          mappings=[{"type": "value", "options": {"0": {"text": " ", "color": "transparent"}, "1": {"text": "on"}}}]),
+    Panel("Paging now / pages", "stat", 6, 6,
+          "1 while the alarm pages (this is what the DPMonitorSurge alert fires on), and the positive answers since the "
+          f"monitor started. {DP}",
+          [(f"max(dp_monitor_alarm{SEL})", "paging"), (f"sum(dp_monitor_alarm_pages_total{SEL})", "pages since start")],
+          "none", mappings=[{"type": "value", "options": {"0": {"text": "quiet", "color": "green"},
+                                                          "1": {"text": "PAGING", "color": "red"}}}]),
+    Panel("Alarm threshold vs baseline", "timeseries", 12, 8,
+          "Flagged events per window: the released baseline (normal rate x mean events of its span), the excess the alarm "
+          "needs to page (alarm.threshold + z sd + rate margin), and their sum, the flagged count that pages at baseline "
+          f"traffic. The alarm compares each window privately; no window's own count is shown here. {DP}",
+          [(f"dp_monitor_baseline_flagged_rate{SEL} * dp_monitor_baseline_events_per_window{SEL}", "baseline flagged per window"),
+           (f"dp_monitor_alarm_threshold_events{SEL}", "excess that pages"),
+           (f"dp_monitor_baseline_flagged_rate{SEL} * dp_monitor_baseline_events_per_window{SEL} + dp_monitor_alarm_threshold_events{SEL}",
+            "flagged count that pages")],
+          overrides=[_dashed("excess that pages", "red"), _dashed("flagged count that pages", "orange")]),
+    Panel("Flagged rate", "timeseries", 12, 8,
+          "Share of events the model flags: in each detailed report (noisy flagged count / noisy event count, at the "
+          "model's threshold, model.contamination), and the alarm's released baseline rate (at the alarm's stricter "
+          f"threshold, alarm.contamination). {REPORT} {DP}",
+          [(f"dp_monitor_report_flagged_count{SEL} / clamp_min(dp_monitor_report_event_count{SEL}, 1)", "reported window"),
+           (f"dp_monitor_baseline_flagged_rate{SEL}", "baseline (alarm threshold)")], "percentunit",
+          overrides=[_dashed("baseline (alarm threshold)", "blue")]),
+    Panel("Detailed report: counts", "timeseries", 12, 8,
+          f"Noisy event count, model-flagged count and the seed's distance-based outlier count of the last reported window. {REPORT} {DP}",
+          [(f"dp_monitor_report_event_count{SEL}", "events"), (f"dp_monitor_report_flagged_count{SEL}", "flagged"),
+           (f"dp_monitor_report_outlier_count{SEL}", "outliers")]),
+    Panel("Detailed report: top grid", "bargauge", 6, 8,
+          "The model grid (feature pair) with the most flagged events in the last reported window, picked by "
+          f"report-noisy-max, and its noisy flagged count: what drives the surge. {REPORT} {DP}",
+          [(f"dp_monitor_report_top_grid_flagged_count{SEL}", "{{grid}}")]),
+    Panel("Detailed report: top subspaces", "bargauge", 6, 8,
+          f"Noisy outlier counts of the top-h subspaces (exponential mechanism) of the last reported window. {REPORT} {DP}",
+          [(f"sort_desc(dp_monitor_report_subspace_count{SEL})", "#{{rank}} {{subspace}}")]),
+    Panel("Privacy budget (epsilon)", "timeseries", 12, 8,
+          "Epsilon spent and left per ledger: stream = a rolling budget (budget.epsilon per budget.period_seconds), "
+          f"reference = a total that never refills. {PUB}",
+          [(f"dp_monitor_budget_epsilon_spent{SEL}", "spent ({{ledger}})"),
+           (f"dp_monitor_budget_epsilon_remaining{SEL}", "left ({{ledger}})"),
+           (f"dp_monitor_budget_epsilon_limit{SEL}", "limit ({{ledger}})")]),
+    Panel("Windows released", "timeseries", 12, 8,
+          "Windows released, detailed reports released (by reason: alarm, schedule) and windows suppressed, per interval. "
+          f"How many reports were released follows from the alarm's answers (DP) and the schedule. {PUB}",
+          [(f"sum(increase(dp_monitor_windows_released_total{SEL}[{RATE}]))", "windows"),
+           (f"sum by (reason) (increase(dp_monitor_reports_total{SEL}[{RATE}]))", "reports ({{reason}})"),
+           (f"sum by (reason) (increase(dp_monitor_windows_suppressed_total{SEL}[{RATE}]))", "suppressed ({{reason}})")]),
+    Panel("Cost of an alarm run / a detailed report", "stat", 6, 4,
+          f"Epsilon one alarm run (any number of quiet windows and its pages) and one detailed report cost. {PUB}",
+          [(f"dp_monitor_alarm_run_epsilon{SEL}", "alarm run"), (f"dp_monitor_report_cost_epsilon{SEL}", "report")]),
+    Panel("Since last release", "stat", 6, 4,
+          f"Seconds since the scheduled time of the last released window. {PUB}",
+          [(f"time() - dp_monitor_last_release_timestamp_seconds{SEL}", "")], "s"),
+    Panel("Last window end / last report (event time)", "stat", 6, 4,
+          f"Event-time end of the last released window and of the last reported one. {PUB}",
+          [(f"dp_monitor_released_window_end_timestamp_seconds{SEL} * 1000", "window"),
+           (f"dp_monitor_report_window_end_timestamp_seconds{SEL} * 1000", "report")], "dateTimeAsIso"),
+    Panel("Window schedule", "stat", 6, 4,
+          "Configured window length, allowed lateness and publish delay; the no-release alert fires when the last release "
+          f"is older than 2 windows + lateness + delay. {PUB}",
+          [(f"dp_monitor_window_size_seconds{SEL}", "window"), (f"dp_monitor_window_allowed_lateness_seconds{SEL}", "lateness"),
+           (f"dp_monitor_window_publish_delay_seconds{SEL}", "publish delay")], "s"),
+    Panel("Build and accountant", "stat", 24, 3,
+          f"Version, accountant and count mechanism of the running monitor. {PUB}",
+          [(f"dp_monitor_info{SEL}", "{{version}} {{accountant}} {{mechanism}}")], "none"),
+]
+
+# ------------------------------------------------------------------ operators (NOT private)
+OPERATIONAL_PANELS: list[Panel] = [
+    Panel("Events by status", "timeseries", 12, 8,
+          f"Event rate by status (accepted, dead_letter, late, duplicate_entity). {OPS}",
+          [(f"sum by (status) (rate(dp_monitor_events_total{SEL}[{RATE}]))", "{{status}}")], "ops"),
+    Panel("Dead letters by reason", "timeseries", 12, 8,
+          f"Malformed events per second by reason. {OPS}",
+          [(f"sum by (reason) (rate(dp_monitor_dead_letters_total{SEL}[{RATE}]))", "{{reason}}")], "ops"),
+    Panel("Consumer lag", "timeseries", 12, 8,
+          f"Messages behind the input topic's end, per partition. {OPS}",
+          [(f"sum by (partition) (dp_monitor_consumer_lag_messages{SEL})", "partition {{partition}}")]),
+    Panel("Release latency", "timeseries", 12, 8,
+          "From a window's close time to the end of its release computation (quantiles over the interval); above "
+          f"window.publish_delay_seconds an alert is published late. {OPS}",
+          [(f"histogram_quantile(0.5, sum by (le) (rate(dp_monitor_release_latency_seconds_bucket{SEL}[{RATE}])))", "p50"),
+           (f"histogram_quantile(0.95, sum by (le) (rate(dp_monitor_release_latency_seconds_bucket{SEL}[{RATE}])))", "p95")],
+          "s"),
+    Panel("Late publications", "timeseries", 12, 6,
+          f"Alerts published after their scheduled time, per interval (a timing side channel: raise the publish delay). {OPS}",
+          [(f"sum(increase(dp_monitor_late_publications_total{SEL}[{RATE}]))", "late")]),
+    Panel("Events accepted (total)", "stat", 12, 6,
+          f"Events accepted since the monitor started. {OPS}",
+          [(f"sum(dp_monitor_events_total{{status=\"accepted\", instance=~\"$instance\"}})", "")]),
 ]
 
 
-def _panel(pid: int, x: int, y: int, spec: tuple) -> dict:
-    title, kind, w, h, desc, queries, unit = spec
+def _panel(pid: int, x: int, y: int, p: Panel, datasource: dict) -> dict:
     panel = {
-        "id": pid, "type": kind, "title": title, "description": desc, "datasource": DATASOURCE,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "id": pid, "type": p.kind, "title": p.title, "description": p.description, "datasource": datasource,
+        "gridPos": {"x": x, "y": y, "w": p.w, "h": p.h},
+        "fieldConfig": {"defaults": {"unit": p.unit, "mappings": p.mappings}, "overrides": p.overrides},
         "targets": [
-            {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": expr, "legendFormat": legend,
-             # top-h subspaces are a snapshot of the last window, not a series
-             "instant": kind == "bargauge", "range": kind != "bargauge"}
-            for i, (expr, legend) in enumerate(queries)
+            {"refId": chr(ord("A") + i), "datasource": datasource, "expr": expr, "legendFormat": legend,
+             "instant": p.instant, "range": not p.instant}
+            for i, (expr, legend) in enumerate(p.queries)
         ],
     }
-    if kind == "stat":
-        panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"]}, "textMode": "value_and_name" if queries[0][1] else "value"}
-    if title.startswith("Released outlier count"):
-        # the alert level is a threshold, not data: draw it dashed
-        panel["fieldConfig"]["overrides"].append({
-            "matcher": {"id": "byName", "options": "alert level"},
-            "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-                           {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}],
-        })
+    if p.kind == "stat":
+        panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"]},
+                            "textMode": "value_and_name" if p.queries[0][1] else "value"}
+    if p.kind == "state-timeline":
+        panel["options"] = {"showValue": "never", "mergeValues": True, "rowHeight": 0.8}
     return panel
 
 
-def build() -> dict:
+def _layout(specs: list[Panel], datasource: dict) -> list[dict]:
     panels, x, y, row_h = [], 0, 0, 0
-    for pid, spec in enumerate(PANELS, start=1):
-        w, h = spec[2], spec[3]
-        if x + w > 24:  # Grafana's grid is 24 units wide
+    for pid, spec in enumerate(specs, start=1):
+        if x + spec.w > 24:  # Grafana's grid is 24 units wide
             x, y, row_h = 0, y + row_h, 0
-        panels.append(_panel(pid, x, y, spec))
-        x, row_h = x + w, max(row_h, h)
+        panels.append(_panel(pid, x, y, spec, datasource))
+        x, row_h = x + spec.w, max(row_h, spec.h)
+    return panels
+
+
+def _dashboard(uid: str, title: str, description: str, tags: list[str], datasource: dict, variable_metric: str,
+               specs: list[Panel], annotations: list[dict]) -> dict:
     return {
-        "uid": UID, "title": "DP outlier monitor", "tags": ["dp-monitor", "privacy"],
-        "description": "Differentially private streaming outlier monitor: releases, budget, and operations.",
+        "uid": uid, "title": title, "tags": tags, "description": description,
         "schemaVersion": 39, "version": 1, "editable": True, "refresh": "10s",
         "time": {"from": "now-1h", "to": "now"}, "timezone": "browser",
         "templating": {"list": [{
-            "name": "instance", "label": "monitor", "type": "query", "datasource": DATASOURCE,
-            "query": {"query": "label_values(dp_monitor_info, instance)", "refId": "instance"},
-            "definition": "label_values(dp_monitor_info, instance)",
+            "name": "instance", "label": "monitor", "type": "query", "datasource": datasource,
+            "query": {"query": f"label_values({variable_metric}, instance)", "refId": "instance"},
+            "definition": f"label_values({variable_metric}, instance)",
             "includeAll": True, "multi": True, "allValue": ".*", "refresh": 2,
             "current": {"selected": True, "text": "All", "value": "$__all"},
         }]},
-        "annotations": {"list": [{
-            "name": "Alerts", "enable": True, "iconColor": "red", "datasource": DATASOURCE,
-            "expr": 'ALERTS{alertname=~"DPMonitor.*", alertstate="firing"}', "titleFormat": "{{alertname}}",
-        }]},
-        "panels": panels,
+        "annotations": {"list": annotations},
+        "panels": _layout(specs, datasource),
     }
 
 
-def render() -> str:
-    return json.dumps(build(), indent=2) + "\n"
+def build() -> dict:
+    """The analysts' dashboard: private values and public facts only."""
+    # No ALERTS annotation: the analysts' Prometheus evaluates no rules (the operational
+    # group's alerts would cross the boundary); the alarm state timeline shows the pages.
+    return _dashboard("dp-outlier-monitor", "DP outlier monitor",
+                      "Differentially private streaming outlier monitor: the private surge alarm, detailed reports and budget. "
+                      "Private values and public facts only (job dp-monitor).",
+                      ["dp-monitor", "privacy"], DATASOURCE, "dp_monitor_info", PRIVATE_PANELS, [])
+
+
+def build_operational() -> dict:
+    """The operators' dashboard: operational metrics, NOT private."""
+    alerts = {"name": "Alerts", "enable": True, "iconColor": "red", "datasource": OPERATIONAL_DATASOURCE,
+              "expr": 'ALERTS{alertname=~"DPMonitor.*", alertstate="firing"}', "titleFormat": "{{alertname}}"}
+    return _dashboard("dp-outlier-monitor-operational", "DP outlier monitor: operations",
+                      "Operational metrics of the DP outlier monitor (job dp-monitor-operational): NOT private, operators only.",
+                      ["dp-monitor", "operational"], OPERATIONAL_DATASOURCE, "dp_monitor_events_total", OPERATIONAL_PANELS,
+                      [alerts])
+
+
+DASHBOARDS = {OUT: build, OPERATIONAL_OUT: build_operational}
+
+
+def render(builder=build) -> str:
+    return json.dumps(builder(), indent=2) + "\n"
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if "--check" in argv:
-        if not OUT.exists() or OUT.read_text(encoding="utf-8") != text:
-            print(f"{OUT} is stale: run python deploy/grafana/dashboard.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT}")
-    return 0
+    stale = []
+    for path, builder in DASHBOARDS.items():
+        text = render(builder)
+        if "--check" in argv:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(path)
+            continue
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    for path in stale:
+        print(f"{path} is stale: run python deploy/grafana/dashboard.py", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

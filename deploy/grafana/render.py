@@ -1,4 +1,4 @@
-"""Plot the dashboard's core panels from a real Prometheus, for the README.
+"""Plot the analysts' dashboard's core panels from a real Prometheus, for the README.
 
 Grafana cannot be installed everywhere we build, so the README shows the data the
 dashboard would show: the same queries (from dashboards/dp-monitor.json), run through
@@ -25,9 +25,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from dashboard import CORE_PANELS, OUT as DASHBOARD  # noqa: E402 - a script beside us, not a package
+from dashboard import CORE_PANELS, OUT as DASHBOARD, PRIVATE_PANELS  # noqa: E402 - a script beside us, not a package
 
 from monitor.docs import grafana_to_promql  # noqa: E402
+
+
+# Series the dashboard draws dashed (its byName overrides with a line style).
+DASHED = {o["matcher"]["options"] for p in PRIVATE_PANELS for o in p.overrides
+          if any(prop["id"] == "custom.lineStyle" for prop in o["properties"])}
 
 
 def api(base: str, path: str, **params) -> dict:
@@ -73,15 +78,15 @@ def plot(series: dict[str, list], out: Path, subtitle: str = "") -> None:
     fig, axes = plt.subplots(3, 2, figsize=(12, 9), sharex=True)
     for ax, (title, lines) in zip(axes.flat, series.items()):
         for legend, ts, vs in lines:
-            dashed = legend == "alert level"  # drawn as in Grafana: a threshold, not data
-            ax.plot(ts, vs, label=legend, linestyle="--" if dashed else "-", color="red" if dashed else None)
+            dashed = legend in DASHED  # drawn as in Grafana: a threshold or a baseline, not data
+            ax.plot(ts, vs, label=legend, linestyle="--" if dashed else "-")
         ax.set_title(title, fontsize=10)
         if lines:
             ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
     for ax in axes[-1]:
         ax.set_xlabel("seconds")
-    fig.suptitle("DP outlier monitor: core dashboard panels, queried from Prometheus" + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+    fig.suptitle("DP outlier monitor: core panels of the analysts' dashboard, queried from Prometheus" + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
