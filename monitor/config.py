@@ -163,7 +163,7 @@ class ReportSettings(_Strict):
     )
     epsilon_count: float = Field(0.1, gt=0, description="Epsilon of the full-space outlier count (coarse at small shares: a clustered surge does not move it anyway).")
     delta_count: float = Field(1e-9, ge=0, lt=1, description="Delta of the full-space outlier count.")
-    epsilon_flagged: float = Field(0.1, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
+    epsilon_flagged: float = Field(0.1, gt=0, description="Epsilon of the count of flagged events, at the alarm's threshold (sensitivity 1).")
     top_h: int = Field(1, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
     subspace_dims: int = Field(1, ge=1, description="Dimension of the candidate subspaces.")
     epsilon_top: float = Field(0.1, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")

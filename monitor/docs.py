@@ -51,6 +51,7 @@ PRIVACY = {
     "dp_monitor_report_top_grid_flagged_count": "DP release",
     "dp_monitor_report_window_end_timestamp_seconds": "DP release (post-processing: when the alarm paged)",
     "dp_monitor_reports_total": "DP release (post-processing: the alarm's answers and the schedule)",
+    "dp_monitor_reports_suppressed_total": "DP release (post-processing: the alarm's answers, the schedule and the budget)",
     "dp_monitor_released_window_end_timestamp_seconds": "public schedule",
     "dp_monitor_last_release_timestamp_seconds": "public schedule",
     "dp_monitor_windows_released_total": "public schedule",

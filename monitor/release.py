@@ -232,7 +232,6 @@ class WindowReleaser:
         X = window.X
         n = window.n_events
         scores = self.model.score_samples(X) if n else np.zeros(0)
-        model_flags = scores > self.model.threshold_
         alarm_flags = scores > self.alarm_threshold
         alarm_flagged = int(np.count_nonzero(alarm_flags))
         if self._audit is not None:
@@ -283,7 +282,9 @@ class WindowReleaser:
         if reason is not None:
             reserve = [(self.alarm.epsilon, 0.0)] if cfg.alarm.enabled else []
             if self._fits(window, self.report_cost, reserve):
-                report = {"reason": reason, **self._report(window, model_flags)}
+                # "Flagged" in a report means what the alarm counts, so a report's flagged
+                # count and rate compare with the baseline's.
+                report = {"reason": reason, **self._report(window, alarm_flags)}
                 window_cost = self.report_cost
             else:
                 report = {"reason": reason, "suppressed": "budget"}

@@ -114,14 +114,13 @@ PRIVATE_PANELS: list[Panel] = [
             "flagged count that pages")],
           overrides=[_dashed("excess that pages", "red"), _dashed("flagged count that pages", "orange")]),
     Panel("Flagged rate", "timeseries", 12, 8,
-          "Share of events the model flags: in each detailed report (noisy flagged count / noisy event count, at the "
-          "model's threshold, model.contamination), and the alarm's released baseline rate (at the alarm's stricter "
-          f"threshold, alarm.contamination). {REPORT} {DP}",
+          "Share of events flagged at the alarm's threshold (alarm.contamination): in each detailed report (noisy "
+          f"flagged count / noisy event count), and the alarm's released baseline rate. {REPORT} {DP}",
           [(f"dp_monitor_report_flagged_count{SEL} / clamp_min(dp_monitor_report_event_count{SEL}, 1)", "reported window"),
-           (f"dp_monitor_baseline_flagged_rate{SEL}", "baseline (alarm threshold)")], "percentunit",
-          overrides=[_dashed("baseline (alarm threshold)", "blue")]),
+           (f"dp_monitor_baseline_flagged_rate{SEL}", "baseline")], "percentunit",
+          overrides=[_dashed("baseline", "blue")]),
     Panel("Detailed report: counts", "timeseries", 12, 8,
-          f"Noisy event count, model-flagged count and the seed's distance-based outlier count of the last reported window. {REPORT} {DP}",
+          f"Noisy event count, flagged count (at the alarm's threshold) and the seed's distance-based outlier count of the last reported window. {REPORT} {DP}",
           [(f"dp_monitor_report_event_count{SEL}", "events"), (f"dp_monitor_report_flagged_count{SEL}", "flagged"),
            (f"dp_monitor_report_outlier_count{SEL}", "outliers")]),
     Panel("Detailed report: top grid", "bargauge", 6, 8,

@@ -64,6 +64,10 @@ class MonitorMetrics:
         )
         self.report_window_end = Gauge(p + "report_window_end_timestamp_seconds", "Event-time end of the last reported window.", registry=r)
         self.reports = Counter(p + "reports", "Detailed reports released, by reason (alarm, schedule).", ["reason"], registry=r)
+        self.reports_suppressed = Counter(
+            p + "reports_suppressed", "Detailed reports due but not released because the budget could not pay for them (DP post-processing).",
+            ["reason"], registry=r,
+        )
         # -- public schedule ------------------------------------------------------------------
         self.released_window_end = Gauge(p + "released_window_end_timestamp_seconds", "Event-time end of the last released window.", registry=r)
         self.last_release = Gauge(p + "last_release_timestamp_seconds", "Scheduled time of the last release (its released_at).", registry=r)
@@ -96,6 +100,7 @@ class MonitorMetrics:
             self.events.labels(status=status)
         for reason in ("alarm", "schedule"):
             self.reports.labels(reason=reason)
+            self.reports_suppressed.labels(reason=reason)
         self.windows_suppressed.labels(reason="budget")
         self._servers: list = []
 
@@ -124,7 +129,9 @@ class MonitorMetrics:
             self.baseline_rate.set(base["rate"])
             self.baseline_events.set(base["events_per_window"])
         report = record.get("report")
-        if report and "suppressed" not in report:
+        if report and "suppressed" in report:
+            self.reports_suppressed.labels(reason=report["reason"]).inc()
+        elif report:
             self._observe_report(report, record["window_end"])
         self.released_window_end.set(record["window_end"])
         self.last_release.set(record["released_at"])
