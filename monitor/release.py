@@ -289,7 +289,9 @@ class WindowReleaser:
             else:
                 report = {"reason": reason, "suppressed": "budget"}
 
-        decision = self.accountant.decide(window.start, window.end, (0.0, 0.0))
+        # The budget after this window: its span charges are in the ledger already, its own
+        # row (the report's cost) is about to be.
+        decision = self.accountant.decide(window.start, window.end, window_cost)
         record = {
             "window_start": window.start,
             "window_end": window.end,

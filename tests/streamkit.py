@@ -385,24 +385,25 @@ class ServiceProcess:
         return self.proc.returncode
 
     def metric(self, name: str, **labels: str) -> float | None:
-        """One sample from the running service's /metrics (URL taken from its log), or None."""
+        """One sample from the running service's private or operational /metrics (URLs
+        taken from its log), or None."""
         import re
         import urllib.request
 
         if not self._log_path or not self.alive:
             return None
-        m = re.search(r"metrics on (http://\S+)", self._log_path.read_text(errors="replace"))
-        if not m:
-            return None
+        log = self._log_path.read_text(errors="replace")
+        urls = re.findall(r"metrics on (http://\S+)", log) + re.findall(r"operational metrics \(NOT private\) on (http://\S+)", log)
         want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        try:
-            text = urllib.request.urlopen(m.group(1), timeout=5).read().decode()
-        except OSError:
-            return None
-        for line in text.splitlines():
-            series, _, value = line.rpartition(" ")
-            if series == (f"{name}{{{want}}}" if want else name):
-                return float(value)
+        for url in urls:
+            try:
+                text = urllib.request.urlopen(url, timeout=5).read().decode()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                series, _, value = line.rpartition(" ")
+                if series == (f"{name}{{{want}}}" if want else name):
+                    return float(value)
         return None
 
     def freeze(self) -> None:

@@ -100,6 +100,7 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     thread = start(service)
     assert service.wait_ready(20)
     metrics_text = urllib.request.urlopen(service.metrics_url, timeout=5).read().decode()
+    operational_text = urllib.request.urlopen(service.operational_metrics_url, timeout=5).read().decode()
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     t0 = time.time()
     bad = [b'{"hr": 1,', b"[1]", event(t0, 900, hr="high"), b'{"hr": NaN, "spo2": 96, "ts": 1}', event(t0 + 3600, 901)]
@@ -164,7 +165,6 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     for name in ("dp_monitor_events_total", "dp_monitor_consumer_lag_messages", "dp_monitor_release_latency_seconds",
                  "dp_monitor_dead_letters_total"):
         assert name not in metrics_text
-    operational_text = urllib.request.urlopen(service.operational_metrics_url, timeout=5).read().decode()
     assert "dp_monitor_events_total" in operational_text and "dp_monitor_report_flagged_count" not in operational_text
     n = len(records)
     private, operational = service.metrics.registry, service.metrics.operational
