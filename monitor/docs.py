@@ -55,6 +55,7 @@ PRIVACY = {
     "dp_monitor_window_allowed_lateness_seconds": "config",
     "dp_monitor_events_total": "**NOT private** (operational)",
     "dp_monitor_dead_letters_total": "**NOT private** (operational)",
+    "dp_monitor_values_out_of_bounds_total": "**NOT private** (operational)",
     "dp_monitor_consumer_lag_messages": "**NOT private** (operational)",
     "dp_monitor_release_latency_seconds": "**NOT private** (operational)",
     "dp_monitor_info": "config",

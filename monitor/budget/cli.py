@@ -24,7 +24,9 @@ RECENT_WINDOWS = 10
 
 
 def configure_budget(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=Path("config.yaml"), help="monitor config file (default: config.yaml)")
+    from monitor.cli import add_config_option
+
+    add_config_option(parser, "names the ledgers and the budget")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     parser.add_argument(
         "--at",

@@ -6,19 +6,25 @@ import argparse
 import logging
 import signal
 import sys
+import time
 
 __all__ = ["configure_run", "run_command"]
 
 _TEST_ONLY = "TEST ONLY"
+# A second signal within this time is the first one delivered again (`timeout` and some
+# supervisors signal both the process and its group), not an impatient user.
+_REPEAT_GRACE_S = 1.0
 
 
 def configure_run(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", default="config.yaml", help="configuration file (default: config.yaml)")
+    from monitor.cli import add_config_option, add_log_level_option
+
+    add_config_option(parser)
     parser.add_argument("--bootstrap-servers", help="Kafka brokers, overriding stream.bootstrap_servers")
     parser.add_argument("--max-windows", type=int, metavar="N", help="stop cleanly after N windows released or suppressed")
     parser.add_argument("--audit-file", metavar="F", help=f"{_TEST_ONLY}: append each window's true size and event ids to F (not private)")
     parser.add_argument("--seed", type=int, help=f"{_TEST_ONLY}: reproducible noise; releases are then NOT private")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_log_level_option(parser)
     parser.set_defaults(func=run_command)
 
 
@@ -27,11 +33,11 @@ def _warn(message: str) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from monitor.cli import setup_logging
     from monitor.config import load_config
     from monitor.stream.service import MonitorService
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, logging.getLevelName(args.log_level)))
+    setup_logging(args.log_level)
     config = load_config(args.config)
     if args.seed is not None:
         _warn(f"--seed {args.seed}: noise is reproducible, so the releases are NOT differentially private ({_TEST_ONLY})")
@@ -46,8 +52,20 @@ def run_command(args: argparse.Namespace) -> int:
         max_windows=args.max_windows,
     )
 
+    first_signal: list[float] = []
+
     def on_signal(signum, frame):  # noqa: ARG001
-        logging.getLogger("monitor.stream").info("signal %d: stopping after releasing due windows", signum)
+        now = time.monotonic()
+        if first_signal and now - first_signal[0] < _REPEAT_GRACE_S:
+            return  # the same stop request delivered twice (to the process and to its group)
+        if first_signal:
+            # A second Ctrl-C / SIGTERM: the user wants out now. Nothing is lost: the
+            # ledger is crash-safe and uncommitted events are read again next time.
+            logging.getLogger("monitor.stream").warning("second signal %d: exiting without finishing", signum)
+            raise SystemExit(130 if signum == signal.SIGINT else 143)
+        first_signal.append(now)
+        logging.getLogger("monitor.stream").info("signal %d: stopping after releasing due windows "
+                                                 "(a second Ctrl-C exits at once)", signum)
         service.stop()
 
     signal.signal(signal.SIGTERM, on_signal)

@@ -63,6 +63,10 @@ class MonitorMetrics:
         # Operational: NOT private
         self.events = Counter(p + "events", "Events seen, by status (operational, not private).", ["status"], registry=r)
         self.dead_letters = Counter(p + "dead_letters", "Malformed events by reason (operational, not private).", ["reason"], registry=r)
+        self.values_out_of_bounds = Counter(
+            p + "values_out_of_bounds", "Raw feature values outside their public bounds, clipped to them (operational, not private).",
+            ["feature"], registry=r,
+        )
         self.consumer_lag = Gauge(p + "consumer_lag_messages", "Highwater minus position per partition (operational, not private).", ["partition"], registry=r)
         self.release_latency = Histogram(
             p + "release_latency_seconds", "From window close time to alert published (operational, not private).",
