@@ -106,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
+        return code
     except MonitorError as err:
         print(f"monitor {args.command}: {err}", file=sys.stderr)
         return 2

@@ -37,9 +37,42 @@ def configure_budget(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_budget)
 
 
-def budget_report(config: Any, at: float | None = None) -> dict[str, Any]:
-    """Both ledgers as one JSON-ready dict. ``config`` is a MonitorConfig."""
-    return {"stream": _stream_report(config, at), "reference": _reference_report(config)}
+def budget_report(config: Any, at: float | None = None, now: float | None = None) -> dict[str, Any]:
+    """Both ledgers and the plan as one JSON-ready dict. ``config`` is a MonitorConfig."""
+    import time
+
+    now = time.time() if now is None else now
+    return {"stream": _stream_report(config, at), "plan": _plan_report(config, now), "reference": _reference_report(config)}
+
+
+def _plan_report(config: Any, now: float) -> dict[str, Any]:
+    """What the budget pays for from now on (public: config, clock and the ledger's schedule)."""
+    from monitor.budget.ledger import WindowLedger
+    from monitor.budget.plan import PLD_DELTA_NOTE, iso, plan_from_config
+
+    plan = plan_from_config(config)
+    ends: list[float] = []
+    first = None
+    if config.budget.ledger.exists():
+        with WindowLedger(config.budget.ledger) as led:
+            ends = [c.window_end for c in led.charges(now - 2 * plan.period_seconds, float("inf"))]
+            last = led.last_window_end()
+            first = last if last is not None and last > now - plan.lateness_seconds else None
+    forecast = plan.forecast(now, ends, first_start=first)
+    out: dict[str, Any] = {
+        "now": iso(now),
+        "scheduled_windows_per_period": plan.scheduled_per_period,
+        "affordable_windows_per_period": plan.affordable,
+        "all_fit": plan.all_fit,
+        "summary": plan.summary(),
+        "next_suppressed_window_start": None if forecast.stop_window_start is None else iso(forecast.stop_window_start),
+        "releases_resume_window_start": None if forecast.resume_window_start is None else iso(forecast.resume_window_start),
+        "when": plan.stop_resume_text(forecast, now),
+        "advice": plan.advice(),
+    }
+    if plan.accountant == "pld":
+        out["delta_note"] = PLD_DELTA_NOTE
+    return out
 
 
 def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
@@ -128,9 +161,18 @@ def run_budget(args: argparse.Namespace) -> int:
 
 
 def _time(t: float) -> str:
-    import datetime
+    from monitor.budget.plan import iso
 
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return iso(t)
+
+
+def _render_plan(console, plan: dict[str, Any]) -> None:
+    console.print(f"[bold]Plan[/] (as of {plan['now']}): {plan['summary']}.")
+    if not plan["all_fit"]:
+        console.print(f"  {plan['when']}.")
+        console.print(f"  {plan['advice'][:1].upper()}{plan['advice'][1:]}.")
+    if "delta_note" in plan:
+        console.print(f"  Delta: {plan['delta_note']}")
 
 
 def _render(report: dict[str, Any]) -> None:
@@ -150,7 +192,8 @@ def _render(report: dict[str, Any]) -> None:
                         f"({s['all_time']['released']} / {s['all_time']['suppressed']} in all)")
         summary.add_row("epsilon spent / limit", f"{s['epsilon_spent']:.4g} / {s['epsilon_limit']:g}")
         summary.add_row("epsilon left", f"{s['epsilon_remaining']:.4g}")
-        summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}")
+        summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}"
+                        + (" (fixed target, see below)" if s["accountant"] == "pld" and s["delta_spent"] else ""))
         summary.add_row("one window costs", f"epsilon {s['window_cost']['epsilon']:g}, delta {s['window_cost']['delta']:.3g}")
         summary.add_row("awaiting republish", str(s["unpublished"]))
         summary.add_row("ledger", s["ledger"])
@@ -163,6 +206,7 @@ def _render(report: dict[str, Any]) -> None:
             recent.add_row(_time(w["window_start"]), _time(w["window_end"]), status, f"{w['epsilon']:g}", f"{w['delta']:.3g}",
                            "-" if w["status"] != "released" else "yes" if w["published"] else "no")
         console.print(recent)
+    _render_plan(console, report["plan"])
 
     r = report["reference"]
     if not r["exists"]:
