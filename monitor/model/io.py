@@ -74,7 +74,7 @@ def _delimiter(path: Path) -> str:
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "x.csv")
-    >>> _ = open(p, "w").write("hr;spo2\n60;97\n")
+    >>> _ = open(p, "w").write("hr;spo2\\n60;97\\n")
     >>> _delimiter(Path(p))
     ';'
     """
