@@ -155,7 +155,7 @@ class BudgetPlan:
         parts = [f"window.size_seconds of at least {math.ceil(longer):g}"]
         if math.isfinite(need):
             parts.insert(0, f"budget.epsilon of about {need * 1.01:.3g}")
-        return "to release every window set " + " or ".join(parts) + ", or lower the release epsilons"
+        return "To release every window set " + " or ".join(parts) + ", or lower the release epsilons"
 
     def stop_resume_text(self, forecast: Forecast, now: float) -> str:
         """When releases stop and resume, in words (ISO UTC times)."""
