@@ -274,3 +274,20 @@ def test_score_takes_the_model_from_the_config(workdir):
     res = monitor("score", "--input", "events.csv", cwd=workdir)
     assert res.returncode == 0, res.stderr
     assert "2 events scored" in res.stdout
+
+
+def test_sigterm_while_the_broker_is_gone_exits_within_the_stop_grace(workdir, fresh_broker):
+    set_key(workdir / "config.yaml", "stream", "bootstrap_servers", fresh_broker.bootstrap_servers)
+    log = workdir / "run.log"
+    proc = start_monitor("run", cwd=workdir, log=log)
+    try:
+        wait_for(lambda: " released: outliers" in log.read_text() or proc.poll() is not None, 60, "a first release")
+        fresh_broker.kill()  # SIGKILL: every flush and reconnect now waits for its timeout
+        time.sleep(3)
+    finally:
+        code, took = stop(proc, timeout=30)
+    text = log.read_text()
+    assert took < 12, (took, text[-2000:])  # 8 s grace: below Docker's 10 s before SIGKILL
+    assert code in (0, 143) and "Traceback" not in text, text[-2000:]
+    if code == 143:
+        assert "exiting now. Nothing is lost" in text
