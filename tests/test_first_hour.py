@@ -97,6 +97,17 @@ def test_unreachable_broker_is_one_line_and_exit_2_within_the_timeout(workdir, s
     assert not re.search(r"\bkafka\.", res.stderr), res.stderr[-2000:]
 
 
+def test_a_port_that_is_not_kafka_is_one_line_within_the_timeout(workdir):
+    set_key(workdir / "config.yaml", "stream", "connect_timeout_seconds", 2)
+    with socket.socket() as mute:  # accepts connections, never answers: a wrong port, a TLS port
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        t0 = time.monotonic()
+        res = monitor("run", "--bootstrap-servers", f"127.0.0.1:{mute.getsockname()[1]}", cwd=workdir)
+    one_line_error(res, "does not answer as a Kafka broker within 2 s", "stream.kafka")
+    assert time.monotonic() - t0 < 15
+
+
 def test_sigterm_while_waiting_for_the_broker_acts_within_a_second(workdir):
     set_key(workdir / "config.yaml", "stream", "connect_timeout_seconds", 60)
     log = workdir / "run.log"

@@ -105,9 +105,20 @@ class BudgetPlan:
     def all_fit(self) -> bool:
         return self.affordable >= self.scheduled_per_period
 
-    def epsilon_for_all(self) -> float:
-        """Budget epsilon that would pay for every scheduled window (inf if delta is what runs out)."""
-        return spend({self.cost: self.scheduled_per_period}, self.accountant, self.delta)[0]
+    def budget_for_all(self) -> tuple[float, float]:
+        """About what (epsilon, delta) budget would pay for every scheduled window.
+
+        Exact sums under basic composition. Under PLD, composing tens of thousands of windows
+        takes seconds, too slow for a start-up message, so epsilon is an upper bound: the
+        smaller of the basic sum (PLD never exceeds it) and a linear scaling of what the
+        budget pays for now (PLD epsilon grows at most linearly with the number of windows).
+        The windows' deltas add up under either accountant.
+        """
+        n = self.scheduled_per_period
+        eps, delta = spend({self.cost: n}, "basic", self.delta)
+        if self.accountant == "pld":
+            eps = min(eps, self.epsilon * n / max(self.affordable, 1))
+        return eps, delta
 
     def forecast(self, now: float, released_ends: Iterable[float], first_start: float | None = None) -> Forecast:
         """Simulate the schedule from the first window not yet closed at ``now``.
@@ -150,12 +161,13 @@ class BudgetPlan:
         """How to make every scheduled window fit (empty when they already do)."""
         if self.all_fit:
             return ""
-        need = self.epsilon_for_all()
+        eps, delta = self.budget_for_all()
         longer = self.period_seconds / max(self.affordable, 1)
-        parts = [f"window.size_seconds of at least {math.ceil(longer):g}"]
-        if math.isfinite(need):
-            parts.insert(0, f"budget.epsilon of about {need * 1.01:.3g}")
-        return "To release every window set " + " or ".join(parts) + ", or lower the release epsilons"
+        budget = f"budget.epsilon of {'at most ' if self.accountant == 'pld' else ''}about {eps * 1.01:.3g}"
+        if delta > self.delta:
+            budget += f" and budget.delta of {delta * 1.01:.3g}"
+        return (f"To release every window set {budget}, or window.size_seconds of at least {math.ceil(longer):g}, "
+                f"or lower the release epsilons")
 
     def stop_resume_text(self, forecast: Forecast, now: float) -> str:
         """When releases stop and resume, in words (ISO UTC times)."""

@@ -168,7 +168,7 @@ class MonitorService:
             startup.check_ports(cfg, embedded=not self._bootstrap)
             self._start_broker()
             self._start_metrics()
-            if self.broker is None and not startup.wait_for_broker(self._bootstrap, cfg.stream.connect_timeout_seconds, self._stop):
+            if self.broker is None and not startup.wait_for_broker(self._bootstrap, cfg.stream, self._stop):
                 return  # stopped while waiting for the broker
             with startup.kafka_setup_errors(self._bootstrap):
                 self._connect()

@@ -73,14 +73,15 @@ def _probe(host: str, port: int) -> str | None:
         return err.strerror or str(err)
 
 
-def wait_for_broker(bootstrap: str | list[str], timeout: float, stop: threading.Event) -> bool:
-    """Wait until one bootstrap server accepts a TCP connection.
+def wait_for_broker(bootstrap: str | list[str], stream, stop: threading.Event) -> bool:
+    """Wait until a bootstrap server accepts a connection and answers as Kafka.
 
-    Returns False if ``stop`` was set meanwhile (SIGTERM acts within about a second);
-    raises BrokerUnreachable, one line naming each server and why, after ``timeout`` s.
-    A reachable port is not yet a Kafka broker: what goes wrong after this is turned into
-    one line by ``kafka_setup_errors``.
+    ``stream`` is the config's StreamSettings (``connect_timeout_seconds``, and ``kafka``
+    for TLS / SASL). Returns False if ``stop`` was set meanwhile (SIGTERM acts within
+    about a second); raises a MonitorError, one line naming each server and why, after
+    ``connect_timeout_seconds`` (kafka-python alone would wait a minute, then raise).
     """
+    timeout = stream.connect_timeout_seconds
     hosts = _hosts(bootstrap)
     deadline = time.monotonic() + timeout
     reasons: dict[str, str] = {}
@@ -88,6 +89,7 @@ def wait_for_broker(bootstrap: str | list[str], timeout: float, stop: threading.
         for host, port in hosts:
             why = _probe(host, port)
             if why is None:
+                _check_kafka(bootstrap, stream.kafka, max(1.0, deadline - time.monotonic()))
                 return True
             reasons[f"{host}:{port}"] = why
         if time.monotonic() >= deadline:
@@ -103,17 +105,30 @@ def wait_for_broker(bootstrap: str | list[str], timeout: float, stop: threading.
     )
 
 
+def _check_kafka(bootstrap, passthrough: dict, timeout: float) -> None:
+    """A reachable port is not yet a Kafka broker (or the wrong TLS / SASL settings): bootstrap
+    an admin client within ``timeout`` to find out in seconds rather than a minute."""
+    from kafka import KafkaAdminClient
+
+    from monitor.stream.clients import client_settings
+
+    with kafka_setup_errors(bootstrap, f" within {timeout:.0f} s"):
+        settings = {**client_settings("admin", passthrough), "bootstrap_timeout_ms": int(timeout * 1000)}
+        KafkaAdminClient(bootstrap_servers=bootstrap, **settings).close()
+
+
 @contextlib.contextmanager
-def kafka_setup_errors(bootstrap: str | list[str]) -> Iterator[None]:
+def kafka_setup_errors(bootstrap: str | list[str], within: str = "") -> Iterator[None]:
     """Turn kafka-python's set-up failures (no broker, timeouts) into one MonitorError line."""
     from kafka.errors import KafkaError
 
     try:
         yield
     except KafkaError as err:
+        detail = str(err).removeprefix(f"{type(err).__name__}: ")
         raise MonitorError(
-            f"Kafka at {bootstrap} does not answer as a broker ({type(err).__name__}: {err}): check the address and, "
-            f"for TLS or SASL, stream.kafka"
+            f"Kafka at {bootstrap} does not answer as a Kafka broker{within} ({type(err).__name__}: {detail}): "
+            f"check the address and, for TLS or SASL, stream.kafka"
         ) from None
 
 
