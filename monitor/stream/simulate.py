@@ -294,9 +294,7 @@ def open_producer(bootstrap_servers: str | list[str], kafka_settings: dict | Non
 
 def configure_simulate(parser: argparse.ArgumentParser) -> None:
     """Options of ``monitor simulate``."""
-    from monitor.cli import add_config_option
-
-    add_config_option(parser, "features, topic, broker")
+    parser.add_argument("--config", default="config.yaml", help="configuration file (features, topic, broker); default: config.yaml")
     parser.add_argument("--bootstrap-servers", help="Kafka brokers, overriding stream.bootstrap_servers")
     parser.add_argument("--rate", type=float, default=200.0, help="events per second, all devices together (default 200)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds to run (default 60)")
