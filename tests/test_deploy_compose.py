@@ -46,7 +46,10 @@ def test_compose_has_the_whole_stack_wired_together():
     assert SERVICES["kafka"]["image"].startswith("apache/kafka:")
     env = SERVICES["kafka"]["environment"]
     assert "controller" in env["KAFKA_PROCESS_ROLES"] and "zookeeper" not in json.dumps(env).lower()  # KRaft
-    assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
+    # containers use kafka:9092; producers on the host localhost:9094, published on the loopback only
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092,EXTERNAL://localhost:9094"
+    assert "EXTERNAL:PLAINTEXT" in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] and "EXTERNAL://:9094" in env["KAFKA_LISTENERS"]
+    assert SERVICES["kafka"]["ports"] == ["127.0.0.1:9094:9094"]
     for name in ("monitor", "simulator", "model"):
         svc = SERVICES[name]
         # compose resolves the context against the compose file's folder, the dockerfile against the context
@@ -76,10 +79,10 @@ def test_compose_commands_are_real_monitor_commands_on_a_valid_config():
     assert SERVICES["monitor"]["command"][0] in commands and SERVICES["simulator"]["command"][0] in commands
     sim = SERVICES["simulator"]["command"]
     assert sim[sim.index("--bootstrap-servers") + 1] == cfg.stream.bootstrap_servers
-    # the model service fits from the bundled CSV, at the path the image installs it to
+    # the model service fits from MONITOR_REFERENCE, by default the bundled CSV at the path the image installs it to
     fit = SERVICES["model"]["command"][0]
     assert f"test -f {cfg.model.path}" in fit
-    ref = re.search(r"--reference (\S+)", fit).group(1)
+    ref = re.search(r"--reference \$\{MONITOR_REFERENCE:-(\S+)\}", fit).group(1)
     assert (REPO / Path(ref).relative_to("/app")).is_file()
     # The operators' Prometheus scrapes both endpoints at the ports the config serves on,
     # the analysts' one only the private endpoint (the trust boundary).
@@ -197,3 +200,20 @@ def test_alertmanager_routes_to_a_receiver_and_inhibits_real_alerts():
             if key == "alertname":
                 named.update(value.strip('"').split("|"))
     assert named and named <= alerts, named - alerts
+
+
+def test_compose_budget_pays_for_pages_and_leaves_the_low_alert_quiet_without_them():
+    from monitor.budget.plan import plan_from_config
+
+    cfg = load_config(_container_path("monitor", "/etc/monitor/config.yaml"))
+    plan = plan_from_config(cfg)
+    assert plan.pages_per_period >= 3, plan.summary()
+    assert cfg.budget.epsilon - plan.quiet_epsilon > 0.1 * cfg.budget.epsilon  # DPMonitorBudgetLow fires below 10% left
+
+
+def test_own_reference_data_is_documented_and_reachable_in_the_containers():
+    readme = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    assert "## Your own data" in readme and "MONITOR_REFERENCE=/etc/monitor/reference.csv" in readme
+    # deploy/monitor/ is mounted whole, so a CSV put there is where MONITOR_REFERENCE points
+    assert _container_path("model", "/etc/monitor/reference.csv") == DEPLOY / "monitor" / "reference.csv"
+    assert "localhost:9094" in readme

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 __all__ = ["configure_budget", "budget_report", "run_budget"]
@@ -24,7 +23,9 @@ RECENT_WINDOWS = 10
 
 
 def configure_budget(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=Path("config.yaml"), help="monitor config file (default: config.yaml)")
+    from monitor.cli import add_config_option
+
+    add_config_option(parser, "names the ledgers and the budget")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     parser.add_argument(
         "--at",
@@ -35,9 +36,30 @@ def configure_budget(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_budget)
 
 
-def budget_report(config: Any, at: float | None = None) -> dict[str, Any]:
-    """Both ledgers as one JSON-ready dict. ``config`` is a MonitorConfig."""
-    return {"stream": _stream_report(config, at), "reference": _reference_report(config)}
+def budget_report(config: Any, at: float | None = None, now: float | None = None) -> dict[str, Any]:
+    """Both ledgers and the plan as one JSON-ready dict. ``config`` is a MonitorConfig."""
+    import time
+
+    now = time.time() if now is None else now
+    return {"stream": _stream_report(config, at), "plan": _plan_report(config, now), "reference": _reference_report(config)}
+
+
+def _plan_report(config: Any, now: float) -> dict[str, Any]:
+    """What the budget pays for (public: the config alone)."""
+    from monitor.budget.plan import PLD_DELTA_NOTE, iso, plan_from_config
+
+    plan = plan_from_config(config)
+    out: dict[str, Any] = {
+        "now": iso(now),
+        "quiet_period_epsilon": plan.quiet_epsilon,
+        "page_epsilon": plan.page_epsilon,
+        "pages_per_period": plan.pages_per_period,
+        "summary": plan.summary(),
+        "advice": plan.advice(),
+    }
+    if plan.accountant == "pld":
+        out["delta_note"] = PLD_DELTA_NOTE
+    return out
 
 
 def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
@@ -139,9 +161,17 @@ def run_budget(args: argparse.Namespace) -> int:
 
 
 def _time(t: float) -> str:
-    import datetime
+    from monitor.budget.plan import iso
 
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return iso(t)
+
+
+def _render_plan(console, plan: dict[str, Any]) -> None:
+    console.print(f"[bold]Plan[/] (as of {plan['now']}): {plan['summary']}.")
+    if plan["advice"]:
+        console.print(f"  {plan['advice']}.")
+    if "delta_note" in plan:
+        console.print(f"  Delta: {plan['delta_note']}")
 
 
 def _render(report: dict[str, Any]) -> None:
@@ -161,7 +191,8 @@ def _render(report: dict[str, Any]) -> None:
                         f"({s['all_time']['released']} / {s['all_time']['suppressed']} in all)")
         summary.add_row("epsilon spent / limit", f"{s['epsilon_spent']:.4g} / {s['epsilon_limit']:g}")
         summary.add_row("epsilon left", f"{s['epsilon_remaining']:.4g}")
-        summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}")
+        summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}"
+                        + (" (fixed target, see below)" if s["accountant"] == "pld" and s["delta_spent"] else ""))
         c = s["costs"]
         summary.add_row("one alarm run / baseline / report costs",
                         f"epsilon {c['alarm_run']['epsilon']:g} / {c['baseline']['epsilon']:g} / {c['report']['epsilon']:g}")
@@ -179,6 +210,7 @@ def _render(report: dict[str, Any]) -> None:
             recent.add_row(_time(w["window_start"]), _time(w["window_end"]), status, f"{w['epsilon']:g}", f"{w['delta']:.3g}",
                            "-" if w["status"] != "released" else "yes" if w["published"] else "no")
         console.print(recent)
+    _render_plan(console, report["plan"])
 
     r = report["reference"]
     if not r["exists"]:

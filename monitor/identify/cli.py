@@ -28,7 +28,9 @@ class IdentifyInputError(MonitorError):
 
 
 def configure_identify(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="config.yaml declaring the features, their public bounds and the reference ledger")
+    from monitor.cli import add_config_option
+
+    add_config_option(parser, "features, public bounds, reference ledger")
     parser.add_argument("--reference", required=True, help="reference data: CSV with a header, or npz with X")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--record", help="one record as a JSON object keyed by feature name")

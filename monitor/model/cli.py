@@ -13,7 +13,9 @@ __all__ = ["configure_fit", "configure_score", "run_fit", "run_score"]
 
 
 def configure_fit(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="config.yaml declaring the features and their public bounds")
+    from monitor.cli import add_config_option
+
+    add_config_option(parser, "features, public bounds, model settings, reference ledger")
     parser.add_argument("--reference", required=True, help="reference inliers: CSV with a header, or npz with X")
     parser.add_argument("--out", help="model file to write (default: model.path from the config)")
     parser.add_argument("--seed", type=int, default=None,
@@ -22,11 +24,14 @@ def configure_fit(parser: argparse.ArgumentParser) -> None:
 
 
 def configure_score(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="model file written by `monitor fit`")
+    from monitor.cli import add_config_option
+
+    parser.add_argument("--model", help="model file written by `monitor fit` (default: model.path from the config)")
     parser.add_argument("--input", required=True, help="events to score: CSV with a header, or npz with X")
     parser.add_argument("--output", help="CSV to write: the input columns + score + flag (default: print a summary)")
-    parser.add_argument("--config", help="optional config.yaml: refuse the model if its features differ")
-    parser.set_defaults(func=run_score)
+    add_config_option(parser, "names the model file, and the model is refused if its features differ; "
+                              "not read when --model is given without --config")
+    parser.set_defaults(func=run_score, config=None)
 
 
 def _charge_reference_ledger(cfg, epsilon: float, reference: Path) -> None:
@@ -69,11 +74,14 @@ def run_score(args: argparse.Namespace) -> int:
     from monitor.model.estimator import GridKNN
     from monitor.model.io import csv_rows, read_features
 
-    model = GridKNN.load(args.model)
-    if args.config:
+    if args.model and args.config is None:
+        model = GridKNN.load(args.model)
+    else:
+        from monitor.cli import DEFAULT_CONFIG
         from monitor.config import load_config
 
-        cfg = load_config(args.config)
+        cfg = load_config(args.config or DEFAULT_CONFIG)
+        model = GridKNN.load(args.model or cfg.model.path)
         model.check_features(cfg.feature_names, cfg.bounds)
     path = Path(args.input)
     Y = read_features(path, model.feature_names_)

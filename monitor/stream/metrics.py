@@ -87,6 +87,10 @@ class MonitorMetrics:
         self.events = Counter(p + "events", "Events seen, by status (operational, NOT private).", ["status"], registry=o)
         self.dead_letters = Counter(p + "dead_letters", "Malformed events by reason (operational, NOT private).", ["reason"], registry=o)
         self.consumer_lag = Gauge(p + "consumer_lag_messages", "Highwater minus position per partition (operational, NOT private).", ["partition"], registry=o)
+        self.values_out_of_bounds = Counter(
+            p + "values_out_of_bounds", "Raw feature values outside their public bounds, clipped to them (operational, NOT private).",
+            ["feature"], registry=o,
+        )
         self.release_latency = Histogram(
             p + "release_latency_seconds", "From window close time to the end of the release computation (operational, NOT private).",
             buckets=_LATENCY_BUCKETS, registry=o,
@@ -172,6 +176,11 @@ class MonitorMetrics:
             self._servers.append(server)
             ports.append(int(server.server_port))
         return ports[0], ports[1]
+
+    @property
+    def serving(self) -> bool:
+        """True once the first (private) endpoint is up."""
+        return bool(self._servers)
 
     def shutdown(self) -> None:
         for server in self._servers:

@@ -36,6 +36,8 @@ from monitor.release import WindowReleaser
 from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS
 from monitor.stream.events import EventSchema, InvalidEvent
 from monitor.stream.metrics import MonitorMetrics
+from monitor.stream import startup
+from monitor.budget.plan import iso
 from monitor.stream.windows import ClosedWindow, WindowStore
 
 log = logging.getLogger("monitor.stream")
@@ -56,10 +58,6 @@ _SEND_TIMEOUT_S = 30.0
 # idempotent producer's state, and an internal retry would then write a second copy
 # without the `republished` header. The service retries itself, with the header.
 _ALERT_PRODUCER = {"retries": 0, "enable_idempotence": False}
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def load_model(config: MonitorConfig):
@@ -122,6 +120,10 @@ class MonitorService:
         self.broker = None  # the EmbeddedBroker, when we started one
         self.schema = EventSchema.from_config(config)
         self._operational_port: int | None = None
+        from monitor.stream.inputwatch import InputWatch
+
+        self._watch = InputWatch(config.feature_names, config.bounds, dead_letter_topic=config.stream.dead_letter_topic,
+                                 counter=self.metrics.values_out_of_bounds)
         # Operational counts (NOT private), also in the metrics; handy for tests and bench.
         self.counts: Counter[str] = Counter()
         self.windows_closed = 0
@@ -159,33 +161,40 @@ class MonitorService:
         from monitor.budget.accountant import BudgetAccountant
         from monitor.budget.ledger import WindowLedger
 
+        from monitor.lockfile import LedgerLock
+
         cfg = self.config
         self.model = load_model(cfg)
         self._threshold = float(self.model.threshold_)
+        lock = LedgerLock(cfg.budget.ledger).acquire()  # one monitor per ledger, or budgets are spent twice
         ledger = WindowLedger(cfg.budget.ledger)
         try:
             self.accountant = BudgetAccountant(ledger, cfg.budget.epsilon, cfg.budget.delta, cfg.budget.period_seconds, cfg.budget.accountant)
             self.ledger = ledger
             self.releaser = WindowReleaser(cfg, self.accountant, self.model, rng=self._noise,
                                            audit=(lambda w, _: self._audit(w, "released")) if self._audit_path else None)
+            startup.check_ports(cfg, embedded=not self._bootstrap)
             self._start_broker()
             self._start_metrics()
-            self._connect()
+            if self.broker is None and not startup.wait_for_broker(self._bootstrap, cfg.stream, self._stop):
+                return  # stopped while waiting for the broker
+            with startup.kafka_setup_errors(self._bootstrap):
+                self._connect()
             try:
                 self._republish_unpublished()
-                resume = ledger.last_window_end()
+                resume = startup.skip_missed_windows(cfg, ledger, time.time(), self.broker is not None, self.metrics)
                 # With no ledger yet, start at the oldest window the clock has not closed:
                 # a partition taken over from another instance brings events of windows
                 # that are still open, and they must not count as late here.
                 first = resume if resume is not None else time.time() - cfg.window.allowed_lateness_seconds
                 self.store = WindowStore(cfg.window.size_seconds, cfg.window.allowed_lateness_seconds, first, len(cfg.features))
-                log.info("first window to release starts at %.0f (%s)", self.store.next_start,
-                         "after the ledger's last window" if resume is not None else "the oldest window still open")
+                startup.announce_schedule(cfg, ledger, self.store.next_start, time.time())
                 self._loop()
             finally:
                 self._shutdown_clients()
         finally:
             ledger.close()
+            lock.release()
             self.metrics.shutdown()
             if self.broker is not None:
                 self.broker.stop()
@@ -198,11 +207,11 @@ class MonitorService:
 
         self.broker = EmbeddedBroker(port=self.config.stream.embedded_broker_port).start()
         self._bootstrap = self.broker.bootstrap_servers
-        log.warning("no bootstrap_servers configured: started the embedded broker on %s (in memory)", self._bootstrap)
+        startup.announce_embedded_broker(self._bootstrap)
 
     def _start_metrics(self) -> None:
         cfg, m = self.config, self.metrics
-        self._metrics_port, self._operational_port = m.serve(cfg.metrics.host, cfg.metrics.port, cfg.metrics.operational_port)
+        self._metrics_port, self._operational_port = startup.serve_metrics(m, cfg.metrics.host, cfg.metrics.port, cfg.metrics.operational_port)
         m.budget_limit.labels(ledger="stream").set(cfg.budget.epsilon)
         m.alarm_run_cost.set(cfg.alarm.run_epsilon)
         m.report_cost.set(self.releaser.report_cost[0])
@@ -337,7 +346,8 @@ class MonitorService:
             self._positions.pop(tp, None)
             if tp.partition in held:
                 self._rewind[tp] = held[tp.partition]
-        log.info("revoked partitions %s; %d uncommitted events left to their new owner", sorted(tp.partition for tp in revoked), dropped)
+        log.info("revoked partitions %s; %d events of open windows dropped here, %s", sorted(tp.partition for tp in revoked), dropped,
+                 startup.revoke_note(self.broker is not None))
 
     def _caught_up(self) -> bool:
         """True once every assigned partition is read up to its highwater at assignment."""
@@ -452,6 +462,7 @@ class MonitorService:
                     dead[bad.reason] += 1
         if valid:
             X = np.array([ev.features for _, ev in valid], dtype=float)
+            self._watch.out_of_bounds(X, time.time())
             scores = self.model.score_samples(X)
             flagged = scores > self._threshold
             horizon = self.store.horizon(time.time())
@@ -476,6 +487,8 @@ class MonitorService:
         for status, n in counts.items():
             self.metrics.events.labels(status=status).inc(n)
         self.counts.update(counts)
+        if rejected:
+            self._watch.dead_letters((bad for _, bad in rejected), time.time())
         # Sent last: the valid events are in their windows (memory only, cannot fail)
         # before anything that talks to the broker, so a failed send loses nothing.
         self._unsent.extend(rejected)
@@ -526,12 +539,12 @@ class MonitorService:
                 elif not outcome.replayed:
                     self.metrics.late_publications.inc()
                     log.warning("window [%s, %s) published %.1f s after its scheduled time: the release took longer than "
-                                "window.publish_delay_seconds (%g s); raise it", _iso(window.start), _iso(window.end), -wait,
+                                "window.publish_delay_seconds (%g s); raise it", iso(window.start), iso(window.end), -wait,
                                 cfg.publish_delay_seconds)
                 self._publish_alert(entry, republished=outcome.replayed)
         elif not outcome.replayed:
             self.metrics.windows_suppressed.labels(reason=entry.reason or "budget").inc()
-            log.warning("window [%s, %s) suppressed: %s", _iso(window.start), _iso(window.end), entry.reason)
+            log.warning("window [%s, %s) suppressed: %s", iso(window.start), iso(window.end), entry.reason)
         # The budget is a function of event time: the period that ends with this window.
         self.metrics.set_budget("stream", self.accountant.spent(window.end)[0], self.accountant.remaining(window.end))
         self._update_reference_budget()
@@ -561,10 +574,10 @@ class MonitorService:
         try:
             self.metrics.observe_release(record)
         except (KeyError, TypeError) as err:  # a record from an older version: publish it anyway
-            log.warning("window [%.0f, %.0f): record lacks %s; metrics not updated", entry.window_start, entry.window_end, err)
+            log.warning("window [%s, %s): record lacks %s; metrics not updated", iso(entry.window_start), iso(entry.window_end), err)
         self.metrics.windows_released.inc()
         detail = record.get("alarm_detail") or {}
-        log.info("window [%s, %s) released%s: alarm %s%s", _iso(entry.window_start), _iso(entry.window_end),
+        log.info("window [%s, %s) released%s: alarm %s%s", iso(entry.window_start), iso(entry.window_end),
                  " (republished)" if republished else "", detail.get("state", "?"),
                  " with a detailed report" if record.get("report") and "suppressed" not in record["report"] else "")
         if self._on_release is not None:

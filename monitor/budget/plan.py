@@ -1,0 +1,151 @@
+"""The budget plan: what a period without a page costs, and how many pages the rest pays for.
+
+Everything here follows from the config alone, never from the data, so it can be printed
+freely. ``monitor run`` logs it at start and ``monitor budget`` shows it.
+
+Every window is released: the alarm's quiet answers are paid once per AboveThreshold run,
+not per window. A rolling period holds one open run, the baseline estimates of its
+schedule and the scheduled reports; each page adds a detailed report and opens the next
+run. When a period's budget cannot pay for another run, the alarm says ``suppressed``
+(and no report is released) until the oldest charge leaves the rolling period.
+
+>>> plan = BudgetPlan(period_seconds=86400, window_seconds=300, accountant="basic", epsilon=12.0, delta=1e-6,
+...                   run_cost=(0.8, 0.0), baseline_cost=(0.17, 0.0), baselines_per_period=1, report_cost=(0.8, 1.1e-9))
+>>> round(plan.quiet_epsilon, 2), plan.pages_per_period
+(0.97, 6)
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import math
+from dataclasses import dataclass
+
+from monitor.budget.composition import AccountantKind, Cost, fits, spend
+
+__all__ = ["BudgetPlan", "iso", "duration", "plan_from_config", "PLD_DELTA_NOTE"]
+
+PLD_DELTA_NOTE = (
+    "under the pld accountant delta is not consumed charge by charge: the whole period is held to "
+    "budget.delta from the first charge on (so 'delta spent' equals the limit at once), and epsilon "
+    "spent is the smallest epsilon for which all the period's charges together are (epsilon, budget.delta)-DP. "
+    "It is epsilon that runs out."
+)
+
+# Pages counted at most, per period, when searching what the budget pays for.
+_MAX_PAGES = 10_000
+
+
+def iso(t: float) -> str:
+    """Epoch seconds as ISO 8601 UTC, the format of every log line and of `monitor budget`.
+
+    >>> iso(1763700000)
+    '2025-11-21T04:40:00Z'
+    """
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration(seconds: float) -> str:
+    """A short human duration.
+
+    >>> duration(45), duration(260), duration(5400), duration(86400 * 2)
+    ('45 s', '4.3 min', '90 min', '2 d')
+    """
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.2g} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.2g} h"
+    return f"{seconds / 86400:.2g} d"
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """What the configured budget pays for, per rolling period (all public)."""
+
+    period_seconds: float
+    window_seconds: float
+    accountant: AccountantKind
+    epsilon: float
+    delta: float
+    run_cost: Cost
+    baseline_cost: Cost
+    baselines_per_period: int
+    report_cost: Cost
+    scheduled_reports_per_period: int = 0
+    report_on_page: bool = True
+    alarm_enabled: bool = True
+
+    def _charges(self, pages: int) -> dict[Cost, int]:
+        counts: dict[Cost, int] = {}
+        for cost, n in ((self.run_cost, (1 + pages) if self.alarm_enabled else 0),
+                        (self.baseline_cost, self.baselines_per_period if self.alarm_enabled else 0),
+                        (self.report_cost, self.scheduled_reports_per_period + (pages if self.report_on_page else 0))):
+            if n:
+                counts[cost] = counts.get(cost, 0) + n
+        return counts
+
+    def _fits(self, pages: int) -> bool:
+        return fits(self._charges(pages), self.accountant, self.epsilon, self.delta)
+
+    @property
+    def quiet_epsilon(self) -> float:
+        """Epsilon of a period without a page: one run, the baselines, the scheduled reports."""
+        return spend(self._charges(0), self.accountant, self.delta)[0]
+
+    @property
+    def quiet_fits(self) -> bool:
+        return self._fits(0)
+
+    @property
+    def page_epsilon(self) -> float:
+        """What one more page adds (basic composition: the next run and its report)."""
+        return self.run_cost[0] + (self.report_cost[0] if self.report_on_page else 0.0)
+
+    @functools.cached_property  # a PLD search composes distributions: do it once
+    def pages_per_period(self) -> int:
+        """Pages one period's budget pays for on top of a quiet period (0 if not even that fits)."""
+        if not self.alarm_enabled or not self._fits(0):
+            return 0
+        lo, hi = 0, 1
+        while hi < _MAX_PAGES and self._fits(hi):
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self._fits(mid) else (lo, mid)
+        return lo
+
+    def summary(self) -> str:
+        """One sentence: what a quiet period costs and how many pages the budget pays for."""
+        head = (f"a {duration(self.period_seconds)} period without a page costs epsilon {self.quiet_epsilon:.3g} "
+                f"(one alarm run of {self.run_cost[0]:g}, {self.baselines_per_period} baseline estimate(s) of "
+                f"{self.baseline_cost[0]:g}, {self.scheduled_reports_per_period} scheduled report(s) of {self.report_cost[0]:g}); "
+                f"each page adds about {self.page_epsilon:.3g}; the budget ({self.accountant}, epsilon {self.epsilon:g}, "
+                f"delta {self.delta:.2g}) pays for ")
+        if not self.quiet_fits:
+            return head + "not even a period without a page: the alarm will be suppressed"
+        return head + (f"{self.pages_per_period} page(s) per period; after that the alarm says 'suppressed' until the "
+                       "oldest charge leaves the rolling period")
+
+    def advice(self) -> str:
+        """How to afford at least one page per period (empty when the budget already does)."""
+        if self.pages_per_period >= 1:
+            return ""
+        need = self.quiet_epsilon + self.page_epsilon
+        return (f"To page at least once per period set budget.epsilon to about {need * 1.01:.3g}, or lower the alarm's "
+                "and the reports' epsilons, or schedule fewer baseline estimates and reports")
+
+
+def plan_from_config(config) -> BudgetPlan:
+    """The plan of a MonitorConfig."""
+    b, a, r = config.budget, config.alarm, config.report
+    return BudgetPlan(
+        period_seconds=b.period_seconds, window_seconds=config.window.size_seconds, accountant=b.accountant,
+        epsilon=b.epsilon, delta=b.delta, run_cost=(a.run_epsilon, 0.0), baseline_cost=(a.baseline_epsilon, 0.0),
+        baselines_per_period=math.ceil(b.period_seconds / a.baseline_refresh_seconds - 1e-9),
+        report_cost=r.cost(len(config.features)),
+        scheduled_reports_per_period=math.ceil(b.period_seconds / r.every_seconds - 1e-9) if r.every_seconds else 0,
+        report_on_page=r.on_alarm, alarm_enabled=a.enabled,
+    )

@@ -1,0 +1,243 @@
+"""Start-up checks and notices of ``monitor run``: fail fast in one line, say what a default costs.
+
+The service calls these with one line each, so that a user sees, before anything else:
+
+- an unreachable or unknown broker as one line within ``stream.connect_timeout_seconds``
+  (kafka-python alone retries for a minute and then raises a traceback);
+- a port already taken (metrics, embedded broker) as one line, never as a traceback and
+  never by silently joining another monitor's embedded broker;
+- that the embedded broker keeps events in memory only;
+- the budget plan (``monitor.budget.plan``) and when the first window will be released;
+- which missed windows are skipped after downtime (``window.max_catch_up_windows``).
+
+Every decision here depends on the config, the clock and the ledger's schedule only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import math
+import socket
+import threading
+import time
+from typing import Iterator
+
+from monitor.budget.plan import duration, iso, plan_from_config
+from monitor.errors import MonitorError
+
+log = logging.getLogger("monitor.stream")
+
+__all__ = [
+    "BrokerUnreachable",
+    "wait_for_broker",
+    "kafka_setup_errors",
+    "check_port_free",
+    "check_ports",
+    "serve_metrics",
+    "announce_embedded_broker",
+    "revoke_note",
+    "skip_missed_windows",
+    "announce_schedule",
+    "CATCH_UP_REASON",
+]
+
+CATCH_UP_REASON = "catch_up"
+_PROBE_TIMEOUT_S = 1.0
+_PROBE_PAUSE_S = 0.5
+
+
+class BrokerUnreachable(MonitorError):
+    """No bootstrap server accepted a connection in time."""
+
+
+def _hosts(bootstrap: str | list[str]) -> list[tuple[str, int]]:
+    from kafka.cluster import collect_hosts
+
+    return [(host, port) for host, port, _ in collect_hosts(bootstrap)]
+
+
+def _probe(host: str, port: int) -> str | None:
+    """None if a TCP connection opens, else why not (in words)."""
+    try:
+        with socket.create_connection((host, port), timeout=_PROBE_TIMEOUT_S):
+            return None
+    except socket.gaierror:
+        return "unknown host"
+    except ConnectionRefusedError:
+        return "connection refused"
+    except (TimeoutError, socket.timeout):
+        return "no answer"
+    except OSError as err:
+        return err.strerror or str(err)
+
+
+def wait_for_broker(bootstrap: str | list[str], stream, stop: threading.Event) -> bool:
+    """Wait until a bootstrap server accepts a connection and answers as Kafka.
+
+    ``stream`` is the config's StreamSettings (``connect_timeout_seconds``, and ``kafka``
+    for TLS / SASL). Returns False if ``stop`` was set meanwhile (SIGTERM acts within
+    about a second); raises a MonitorError, one line naming each server and why, after
+    ``connect_timeout_seconds`` (kafka-python alone would wait a minute, then raise).
+    """
+    timeout = stream.connect_timeout_seconds
+    hosts = _hosts(bootstrap)
+    deadline = time.monotonic() + timeout
+    reasons: dict[str, str] = {}
+    while not stop.is_set():
+        for host, port in hosts:
+            why = _probe(host, port)
+            if why is None:
+                _check_kafka(bootstrap, stream.kafka, max(1.0, deadline - time.monotonic()))
+                return True
+            reasons[f"{host}:{port}"] = why
+        if time.monotonic() >= deadline:
+            break
+        stop.wait(_PROBE_PAUSE_S)
+    else:
+        return False
+    detail = ", ".join(f"{hp} ({why})" for hp, why in reasons.items())
+    raise BrokerUnreachable(
+        f"cannot reach Kafka at {detail} within {timeout:g} s: check --bootstrap-servers / stream.bootstrap_servers "
+        f"and that the broker is running (stream.connect_timeout_seconds sets how long to wait; "
+        f"without any bootstrap server the monitor starts its own embedded broker)"
+    )
+
+
+def _check_kafka(bootstrap, passthrough: dict, timeout: float) -> None:
+    """A reachable port is not yet a Kafka broker (or the wrong TLS / SASL settings): bootstrap
+    an admin client within ``timeout`` to find out in seconds rather than a minute."""
+    from kafka import KafkaAdminClient
+
+    from monitor.stream.clients import client_settings
+
+    with kafka_setup_errors(bootstrap, f" within {timeout:.0f} s"):
+        settings = {**client_settings("admin", passthrough), "bootstrap_timeout_ms": int(timeout * 1000)}
+        KafkaAdminClient(bootstrap_servers=bootstrap, **settings).close()
+
+
+@contextlib.contextmanager
+def kafka_setup_errors(bootstrap: str | list[str], within: str = "") -> Iterator[None]:
+    """Turn kafka-python's set-up failures (no broker, timeouts) into one MonitorError line."""
+    from kafka.errors import KafkaError
+
+    try:
+        yield
+    except KafkaError as err:
+        detail = str(err).removeprefix(f"{type(err).__name__}: ")
+        raise MonitorError(
+            f"Kafka at {bootstrap} does not answer as a Kafka broker{within} ({type(err).__name__}: {detail}): "
+            f"check the address and, for TLS or SASL, stream.kafka"
+        ) from None
+
+
+def check_port_free(host: str, port: int, what: str) -> None:
+    """Raise one clear MonitorError if ``host:port`` cannot be bound (port 0 is always free)."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the servers themselves bind: a port in TIME_WAIT after our own restart is
+        # free, one another process listens on is not (Linux refuses that even so).
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            raise MonitorError(_port_message(host, port, what, err)) from None
+
+
+def _port_message(host: str, port: int, what: str, err: OSError) -> str:
+    if err.errno == errno.EADDRINUSE:
+        cause = "is already in use (another monitor?)"
+    elif err.errno == errno.EADDRNOTAVAIL:
+        cause = "is not an address of this machine"
+    else:
+        cause = f"cannot be used: {err.strerror}"
+    return f"{what}: {host}:{port} {cause}: choose another port, or 0 to pick a free one"
+
+
+def check_ports(config, embedded: bool) -> None:
+    """Before starting anything: are the metrics ports and (if used) the embedded broker's port free?"""
+    check_port_free(config.metrics.host, config.metrics.port, "metrics.port")
+    if config.metrics.operational_port is not None:
+        check_port_free(config.metrics.host, config.metrics.operational_port, "metrics.operational_port")
+    if embedded:
+        check_port_free("127.0.0.1", config.stream.embedded_broker_port, "stream.embedded_broker_port")
+
+
+def serve_metrics(metrics, host: str, port: int, operational_port: int | None) -> tuple[int, int | None]:
+    """Start both /metrics endpoints; a taken port is one line naming its key, not an OSError traceback."""
+    try:
+        return metrics.serve(host, port, operational_port)
+    except OSError as err:
+        key, taken = ("metrics.port", port) if not metrics.serving else ("metrics.operational_port", operational_port)
+        raise MonitorError(_port_message(host, taken, key, err)) from None
+
+
+def announce_embedded_broker(bootstrap: str) -> None:
+    log.warning("no bootstrap_servers configured: started the embedded broker on %s. It keeps events IN MEMORY ONLY: "
+                "events not yet released when the monitor stops are lost, and nothing survives a restart. "
+                "For real data set stream.bootstrap_servers to your Kafka", bootstrap)
+
+
+def revoke_note(embedded: bool) -> str:
+    """What happens to the events of open windows dropped on a revoke (the log line's ending)."""
+    if embedded:
+        return "lost: the embedded broker keeps them in memory only and stops with this monitor"
+    return "uncommitted, so the partitions' next owner (or this monitor's next run) reads them again"
+
+
+def skip_missed_windows(config, ledger, now: float, embedded: bool, metrics=None) -> float | None:
+    """Apply ``window.max_catch_up_windows`` after downtime; return where the schedule resumes.
+
+    Windows whose close time passed while no monitor ran are "missed". At most
+    ``max_catch_up_windows`` of the most recent ones are released from the backlog; older
+    ones are recorded in the ledger as ONE suppressed entry (reason ``catch_up``) and
+    counted in ``dp_monitor_windows_suppressed_total{reason="catch_up"}``. With the
+    embedded broker the cap is 0: the broker has just started empty, so a missed window
+    could only ever be released as pure noise. The rule reads the clock, the config and
+    the ledger, never the data.
+    """
+    resume = ledger.last_window_end()
+    if resume is None:
+        return None
+    w = config.window
+    size = w.size_seconds
+    cap = 0 if embedded else w.max_catch_up_windows
+    if cap is None:
+        return resume
+    due = math.floor((now - w.allowed_lateness_seconds) / size)  # first window whose close time has not passed
+    missed = due - math.floor(resume / size)
+    if missed <= cap:
+        return resume
+    skip_end = float((due - cap) * size)
+    n_skipped = missed - cap
+    ledger.record_suppressed(resume, skip_end, reason=CATCH_UP_REASON)
+    if metrics is not None:
+        metrics.windows_suppressed.labels(reason=CATCH_UP_REASON).inc(n_skipped)
+    why = ("the embedded broker has just started empty, so they hold no events" if embedded
+           else f"window.max_catch_up_windows is {cap}")
+    log.warning("%d windows missed while the monitor was down, [%s, %s), are suppressed (reason %s), not released: %s",
+                n_skipped, iso(resume), iso(skip_end), CATCH_UP_REASON, why)
+    return skip_end
+
+
+def announce_schedule(config, ledger, first_start: float, now: float) -> None:
+    """Log the budget plan and when the first window will be released."""
+    plan = plan_from_config(config)
+    if plan.advice():
+        log.warning("budget plan: %s. %s", plan.summary(), plan.advice())
+    else:
+        log.info("budget plan: %s", plan.summary())
+    size, late = config.window.size_seconds, config.window.allowed_lateness_seconds
+    first_close = first_start + size + late
+    if first_close <= now:
+        log.info("first window [%s, %s) closed while the monitor was down: released once the backlog is read",
+                 iso(first_start), iso(first_start + size))
+    elif first_close > now + 60:
+        # With hourly windows the first release is up to an hour away: say so, or the
+        # silence looks like a hang.
+        log.info("first window [%s, %s) is released at %s (in %s); nothing is published before that",
+                 iso(first_start), iso(first_start + size), iso(first_close), duration(first_close - now))
+    else:
+        log.info("first window [%s, %s) is released at %s", iso(first_start), iso(first_start + size), iso(first_close))

@@ -1,0 +1,300 @@
+"""A user's first hour (issue 12): what they type, what they see.
+
+Each test runs the command a user runs (``python -m monitor ...`` as a real subprocess,
+a real broker, real files) and checks the one line they should get: the cause and the
+next step, exit code 2, no traceback, a prompt stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.streamkit import REPO, make_producer, wait_for, write_config, write_model
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
+
+
+def monitor(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "monitor", *args], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def start_monitor(*args: str, cwd: Path, log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "monitor", *args], cwd=cwd, env=ENV, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15) -> tuple[int, float]:
+    """SIGTERM; (exit code, seconds it took)."""
+    t0 = time.monotonic()
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"monitor ignored SIGTERM for {timeout} s")
+    return proc.returncode, time.monotonic() - t0
+
+
+def one_line_error(res: subprocess.CompletedProcess, *needles: str) -> str:
+    """The run failed the way a user can act on: exit 2, no traceback, one `monitor ...:` line naming the cause."""
+    assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("monitor ")]
+    assert len(errors) == 1, res.stderr[-2000:]
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again on return: nothing listens there
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A config (embedded broker, metrics port 0, short windows) and a fitted model, as after `monitor fit`."""
+    model = write_model(tmp_path / "model.json")
+    write_config(tmp_path, bootstrap=None, model_path=model, prefix="fh", window_seconds=2.0, lateness_seconds=0.5)
+    return tmp_path
+
+
+def set_key(config: Path, section: str, key: str, value) -> None:
+    data = yaml.safe_load(config.read_text())
+    data.setdefault(section, {})[key] = value
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+# ---------------------------------------------------------------- 1. the broker is not there
+
+
+@pytest.mark.parametrize("server", ["127.0.0.1:{port}", "no-such-host.invalid:9092"])
+def test_unreachable_broker_is_one_line_and_exit_2_within_the_timeout(workdir, server):
+    set_key(workdir / "config.yaml", "stream", "connect_timeout_seconds", 2)
+    t0 = time.monotonic()
+    res = monitor("run", "--bootstrap-servers", server.format(port=closed_port()), cwd=workdir)
+    took = time.monotonic() - t0
+    line = one_line_error(res, "cannot reach Kafka", "stream.connect_timeout_seconds")
+    assert ("connection refused" if "127.0.0.1" in server else "unknown host") in line
+    assert took < 15, took
+    # kafka-python's own retry messages stay out of the user's terminal
+    assert not re.search(r"\bkafka\.", res.stderr), res.stderr[-2000:]
+
+
+def test_a_port_that_is_not_kafka_is_one_line_within_the_timeout(workdir):
+    set_key(workdir / "config.yaml", "stream", "connect_timeout_seconds", 2)
+    with socket.socket() as mute:  # accepts connections, never answers: a wrong port, a TLS port
+        mute.bind(("127.0.0.1", 0))
+        mute.listen()
+        t0 = time.monotonic()
+        res = monitor("run", "--bootstrap-servers", f"127.0.0.1:{mute.getsockname()[1]}", cwd=workdir)
+    one_line_error(res, "does not answer as a Kafka broker within 2 s", "stream.kafka")
+    assert time.monotonic() - t0 < 15
+
+
+def test_sigterm_while_waiting_for_the_broker_acts_within_a_second(workdir):
+    set_key(workdir / "config.yaml", "stream", "connect_timeout_seconds", 60)
+    log = workdir / "run.log"
+    proc = start_monitor("run", "--bootstrap-servers", f"127.0.0.1:{closed_port()}", cwd=workdir, log=log)
+    wait_for(lambda: "metrics on" in log.read_text(), 30, "the monitor to start")
+    code, took = stop(proc)
+    assert code == 0 and took < 2.0, (code, took, log.read_text())
+    assert "Traceback" not in log.read_text()
+
+
+# ---------------------------------------------------------------- 7. ports and the ledger
+
+
+def test_metrics_port_taken_is_one_line(workdir):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        set_key(workdir / "config.yaml", "metrics", "port", busy.getsockname()[1])
+        res = monitor("run", "-c", "config.yaml", cwd=workdir)
+    one_line_error(res, "metrics.port", "already in use", "0 to pick a free one")
+
+
+def test_embedded_broker_port_taken_is_refused_not_joined(workdir):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        set_key(workdir / "config.yaml", "stream", "embedded_broker_port", busy.getsockname()[1])
+        res = monitor("run", cwd=workdir)
+    one_line_error(res, "stream.embedded_broker_port", "already in use")
+    assert "started the embedded broker" not in res.stderr
+
+
+def test_embedded_run_says_what_it_costs_and_a_second_monitor_cannot_share_its_ledger(workdir):
+    log = workdir / "first.log"
+    first = start_monitor("run", cwd=workdir, log=log)
+    try:
+        wait_for(lambda: "caught up" in log.read_text() or first.poll() is not None, 60, "the first monitor to start")
+        text = log.read_text()
+        assert "IN MEMORY ONLY" in text and "lost" in text
+        assert "budget plan:" in text and "pays for" in text
+        # when the first window is released, in the same ISO UTC format as `monitor budget`
+        assert re.search(r"first window \[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, \S+Z\) is released at \S+Z", text), text
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (INFO|WARNING) ", text), text[:200]
+        wait_for(lambda: " released: outliers" in log.read_text(), 30, "a window to be released")
+
+        # same config, same ledger: refused, naming the ledger file and the first monitor's pid
+        res = monitor("run", "--config", "config.yaml", cwd=workdir)
+        one_line_error(res, str((workdir / "ledger.sqlite").resolve()), f"pid {first.pid}", "budget.ledger")
+    finally:
+        code, took = stop(first)
+    text = log.read_text()
+    assert code == 0 and took < 10, (code, took)
+    assert "left to their new owner" not in text and "reads them again" not in text
+    assert "Traceback" not in text
+
+
+# ---------------------------------------------------------------- 2 and 11. input that hurts silently
+
+
+def test_misspelt_field_and_sentinel_values_are_warned_about_in_the_log(workdir, kafka_bootstrap):
+    config = workdir / "config.yaml"
+    set_key(config, "stream", "bootstrap_servers", kafka_bootstrap)
+    data = yaml.safe_load(config.read_text())
+    topic = data["stream"]["input_topic"] = f"fh-{os.getpid()}-{time.monotonic_ns()}.events"
+    data["stream"]["group_id"] = topic + "-group"
+    config.write_text(yaml.safe_dump(data))
+    log = workdir / "run.log"
+    proc = start_monitor("run", cwd=workdir, log=log)
+    try:
+        wait_for(lambda: "caught up" in log.read_text() or proc.poll() is not None, 60, "the monitor to start")
+        producer = make_producer(kafka_bootstrap)
+        now = time.time()
+        for i in range(200):  # `sp02` typed for `spo2`
+            producer.send(topic, json.dumps({"hr": 70, "sp02": 97, "ts": now}).encode())
+        for i in range(30):   # sentinels far outside the public bounds
+            producer.send(topic, json.dumps({"hr": -999 if i % 2 else 1e9, "spo2": 97, "ts": now}).encode())
+        producer.flush()
+        producer.close()
+        wait_for(lambda: "values outside" in log.read_text() and "missing_field" in log.read_text(), 30, "the warnings")
+    finally:
+        stop(proc)
+    warnings = [line for line in log.read_text().splitlines() if " WARNING " in line]
+    dead = [w for w in warnings if "missing_field" in w]
+    bounds = [w for w in warnings if "values outside" in w]
+    assert dead and "field 'spo2'" in dead[0] and "features[].name" in dead[0], dead
+    assert sum(int(re.search(r"(\d+) events", w).group(1)) for w in dead) == 200
+    assert len(dead) <= 3, dead  # rate-limited, not one line per event
+    assert bounds and "feature 'hr'" in bounds[0] and "[30, 220]" in bounds[0], bounds
+    assert sum(int(re.search(r"(\d+) values", w).group(1)) for w in bounds) == 30
+    assert "-999" not in " ".join(bounds).replace("(-999, 1e9)", "")  # counts only, never a raw value
+
+
+def test_excel_csv_with_byte_order_mark_and_semicolons_is_read(workdir):
+    rows = "\n".join(f"{70 + i % 20};{95 + i % 4}" for i in range(300))
+    (workdir / "ref.csv").write_bytes(b"\xef\xbb\xbf" + f"hr;spo2\n{rows}\n".encode())
+    res = monitor("fit", "--reference", "ref.csv", "--seed", "1", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    assert "300 reference rows read" in res.stdout
+    (workdir / "dec.csv").write_text("hr;spo2\n70;96,5\n")
+    one_line_error(monitor("score", "--input", "dec.csv", cwd=workdir), "'96,5' is not a number", "decimal mark")
+
+
+# ---------------------------------------------------------------- 3 and 9. the budget plan
+
+
+def test_budget_shows_the_plan_and_explains_pld_delta(workdir):
+    config = workdir / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["budget"].update(epsilon=2.0, delta=1e-5, accountant="pld")
+    config.write_text(yaml.safe_dump(data))
+    res = monitor("budget", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    assert "period without a page costs epsilon" in out and "each page adds about" in out, out
+    assert "pays for 0 page(s) per period" in out and "To page at least once per period set budget.epsilon" in out
+    assert "delta is not consumed charge by charge" in out
+    plan = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["plan"]
+    assert plan["pages_per_period"] == 0 and plan["quiet_period_epsilon"] < 2.0 < plan["quiet_period_epsilon"] + plan["page_epsilon"]
+
+
+def test_budget_json_into_a_closed_pipe_is_quiet(workdir):
+    proc = subprocess.Popen([sys.executable, "-m", "monitor", "budget", "--json"], cwd=workdir, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # like `| head` that has already left
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 0 and "BrokenPipeError" not in err and "Traceback" not in err, err
+
+
+def test_catch_up_after_downtime_is_capped_by_config_and_zero_on_the_embedded_broker(tmp_path):
+    from monitor.budget.ledger import WindowLedger
+    from monitor.config import MonitorConfig
+    from monitor.stream.metrics import MonitorMetrics
+    from monitor.stream.startup import skip_missed_windows
+
+    cfg = MonitorConfig.model_validate({"features": [{"name": "hr", "min": 30, "max": 220}],
+                                        "window": {"size_seconds": 10, "allowed_lateness_seconds": 2,
+                                                   "max_catch_up_windows": 3}})
+    now = 10_000.0 + 4
+    with WindowLedger(tmp_path / "l.sqlite") as ledger:
+        ledger.record_suppressed(9_000.0, 9_010.0, reason="budget")  # down since 9010: 99 windows missed
+        metrics = MonitorMetrics()
+        assert skip_missed_windows(cfg, ledger, now, embedded=False, metrics=metrics) == 9_970.0
+        gap = ledger.get(9_010.0)
+        assert (gap.status, gap.reason, gap.window_end) == ("suppressed", "catch_up", 9_970.0)
+        assert metrics.registry.get_sample_value("dp_monitor_windows_suppressed_total", {"reason": "catch_up"}) == 96
+        # a restart right after: nothing more to skip
+        assert skip_missed_windows(cfg, ledger, now, embedded=False) == 9_970.0
+        # the embedded broker starts empty: every missed window is skipped
+        assert skip_missed_windows(cfg, ledger, now + 100, embedded=True) == 10_100.0  # [10090, 10100) closed at 10102
+
+
+# ---------------------------------------------------------------- 12. the command line
+
+
+def test_cli_conventions():
+    res = monitor("run", "--bogus")
+    assert res.returncode == 2 and res.stderr.startswith("usage: monitor run"), res.stderr
+    assert "unrecognized arguments: --bogus" in res.stderr
+    version = monitor("--version")
+    assert version.returncode == 0 and re.match(r"monitor \d+\.\d+", version.stdout)
+    # `simulate` too once the lead's simulator change uses monitor.cli.add_config_option
+    for command in ("run", "fit", "score", "budget", "identify"):
+        help_text = monitor(command, "--help").stdout
+        assert re.search(r"--config FILE, -c FILE", help_text), (command, help_text)
+        assert "default: config.yaml" in " ".join(help_text.split()), command
+    assert "how much to log" in " ".join(monitor("run", "--help").stdout.split())
+
+
+def test_score_takes_the_model_from_the_config(workdir):
+    (workdir / "events.csv").write_text("hr,spo2\n72,97\n150,80\n")
+    res = monitor("score", "--input", "events.csv", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    assert "2 events scored" in res.stdout
+
+
+def test_sigterm_while_the_broker_is_gone_exits_within_the_stop_grace(workdir, fresh_broker):
+    set_key(workdir / "config.yaml", "stream", "bootstrap_servers", fresh_broker.bootstrap_servers)
+    log = workdir / "run.log"
+    proc = start_monitor("run", cwd=workdir, log=log)
+    try:
+        wait_for(lambda: " released: outliers" in log.read_text() or proc.poll() is not None, 60, "a first release")
+        fresh_broker.kill()  # SIGKILL: every flush and reconnect now waits for its timeout
+        time.sleep(3)
+    finally:
+        code, took = stop(proc, timeout=30)
+    text = log.read_text()
+    assert took < 12, (took, text[-2000:])  # 8 s grace: below Docker's 10 s before SIGKILL
+    assert code in (0, 143) and "Traceback" not in text, text[-2000:]
+    if code == 143:
+        assert "exiting now. Nothing is lost" in text
