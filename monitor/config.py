@@ -126,18 +126,26 @@ class AlarmSettings(_Strict):
         "events flagged at this (strict) rate, a public post-processing of the model."
     )
     threshold: float = Field(15.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
-    z: float = Field(3.0, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
+    z: float = Field(2.5, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
     rate_margin: float = Field(
-        0.1, ge=0, description="Extra margin as a share of the expected flagged count (rate x mean events): the normal rate "
+        0.05, ge=0, description="Extra margin as a share of the expected flagged count (rate x mean events): the normal rate "
         "varies within a day, with who is online, more than the daily baseline can follow."
     )
     epsilon_threshold: float = Field(0.4, gt=0, description="Epsilon of one run's noisy threshold.")
     epsilon_queries: float = Field(0.4, gt=0, description="Epsilon of one run's positive answers (all its negative answers are free).")
     max_positives: int = Field(1, ge=1, description="Pages one run may give before a new run is charged.")
+    max_run_seconds: float = Field(
+        604800.0, gt=0, description="Longest a run may answer before a new one is charged (its charge covers this span "
+        "in the budget; a page ends it sooner). A rolling period that straddles two runs pays for both."
+    )
     hold_windows: int = Field(3, ge=0, description="Windows that keep paging after a positive answer, with no query and no cost.")
     baseline_warmup_seconds: float = Field(10800.0, gt=0, description="Span of the first baseline estimate; the alarm starts after it.")
     baseline_refresh_seconds: float = Field(86400.0, gt=0, description="Span of each later baseline estimate (a public schedule).")
-    epsilon_baseline_flagged: float = Field(0.15, gt=0, description="Epsilon of a baseline estimate's flagged total.")
+    epsilon_baseline_flagged: float = Field(0.08, gt=0, description="Epsilon of a baseline estimate's flagged total.")
+    epsilon_baseline_warmup: float = Field(
+        0.4, gt=0, description="Epsilon of the first estimate's flagged total: its short span holds few windows, so the same "
+        "error needs more epsilon (paid once, at the first start)."
+    )
     epsilon_baseline_events: float = Field(0.02, gt=0, description="Epsilon of a baseline estimate's event total.")
     baseline_flag_cap: int = Field(
         64, ge=1, description="Flagged events of one entity counted per baseline span (clipping bounds the estimate's sensitivity; "
@@ -151,7 +159,7 @@ class AlarmSettings(_Strict):
 
     @property
     def baseline_epsilon(self) -> float:
-        """What one baseline estimate costs (pure DP)."""
+        """What one baseline estimate after the first costs (pure DP)."""
         return self.epsilon_baseline_flagged + self.epsilon_baseline_events
 
 
@@ -271,7 +279,8 @@ class MonitorConfig(_Strict):
         b = self.budget
         for what, (eps, delta) in (("one detailed report", self.report.cost(len(self.features))),
                                    ("one alarm run", (self.alarm.run_epsilon, 0.0)),
-                                   ("one baseline estimate", (self.alarm.baseline_epsilon, 0.0))):
+                                   ("one baseline estimate", (self.alarm.baseline_epsilon, 0.0)),
+                                   ("the first baseline estimate", (self.alarm.epsilon_baseline_warmup + self.alarm.epsilon_baseline_events, 0.0))):
             if eps > b.epsilon or delta > b.delta:
                 raise ValueError(
                     f"{what} costs (epsilon={eps:g}, delta={delta:g}), more than the period budget "

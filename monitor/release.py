@@ -179,7 +179,8 @@ class WindowReleaser:
                                 a.rate_margin, rng=self._noise)
         self.baseline = BaselineTracker(a.epsilon_baseline_flagged, a.epsilon_baseline_events, config.window.size_seconds,
                                         a.baseline_warmup_seconds, a.baseline_refresh_seconds,
-                                        flag_cap=a.baseline_flag_cap if config.stream.entity_field else None, rng=self._noise)
+                                        flag_cap=a.baseline_flag_cap if config.stream.entity_field else None,
+                                        epsilon_warmup=a.epsilon_baseline_warmup, rng=self._noise)
         # Public post-processing of the model: the alarm's strict threshold, and each grid's
         # own at the same rate (which grid's flags rose is what a report points at).
         self.alarm_threshold = float(model.threshold_for(a.contamination))
@@ -187,6 +188,7 @@ class WindowReleaser:
         self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
         self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
+        self._run_span_end = -math.inf
         self._resume()
 
     # -- start-up ---------------------------------------------------------------------
@@ -256,12 +258,16 @@ class WindowReleaser:
         if not cfg.alarm.enabled:
             answer = AlarmAnswer("off", None, 0.0, None, None)
         else:
+            if self.alarm.run is not None and window.end > self._run_span_end:
+                # The run's charge covers only its span: past it, a new run is charged.
+                self.alarm.close_run()
             if self.baseline.estimate is not None and self.alarm.needs_run():
                 cost = (self.alarm.epsilon, 0.0)
                 if self._fits(window, cost):
-                    # Charged over the longest span it may answer (one period); shortened
-                    # when it ends, so a crash can only over-count.
-                    span_end = window.start + cfg.budget.period_seconds
+                    # Charged over the longest span it may answer; shortened when a page
+                    # ends it, so a crash can only over-count.
+                    span_end = window.start + cfg.alarm.max_run_seconds
+                    self._run_span_end = span_end
                     run_id = self.ledger.add_charge("alarm_run", window.start, span_end, *cost)
                     self.alarm.open_run(run_id)
                     charges.append({"kind": "alarm_run", "run": run_id, "epsilon": cost[0], "delta": 0.0,

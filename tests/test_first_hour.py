@@ -151,7 +151,7 @@ def test_embedded_run_says_what_it_costs_and_a_second_monitor_cannot_share_its_l
         # when the first window is released, in the same ISO UTC format as `monitor budget`
         assert re.search(r"first window \[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, \S+Z\) is released at \S+Z", text), text
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (INFO|WARNING) ", text), text[:200]
-        wait_for(lambda: " released: outliers" in log.read_text(), 30, "a window to be released")
+        wait_for(lambda: " released: alarm " in log.read_text(), 30, "a window to be released")
 
         # same config, same ledger: refused, naming the ledger file and the first monitor's pid
         res = monitor("run", "--config", "config.yaml", cwd=workdir)

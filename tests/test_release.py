@@ -177,3 +177,12 @@ def test_a_budget_too_small_for_a_run_suppresses_the_alarm_not_the_window(tmp_pa
     records, ledger = _run(config, vitals_model, 14, [])
     assert records[-1]["alarm_detail"]["state"] == "suppressed" and records[-1]["alarm"] is False
     assert [c["kind"] for r in records for c in r["charges"]] == ["baseline"]
+
+
+def test_a_run_past_its_charged_span_is_replaced_by_a_new_charged_run(tmp_path, vitals_model):
+    # A run's charge covers max_run_seconds; answering past it would be unpaid.
+    config = _config(tmp_path, max_run_seconds=1800)  # 6 windows
+    records, ledger = _run(config, vitals_model, 24, [])
+    runs = ledger.span_charges("alarm_run")
+    assert len(runs) == 3 and all(e - s == 1800 for _, _, s, e, _, _ in runs)
+    assert [r[2] for r in runs] == [records[11]["window_start"], records[17]["window_start"], records[23]["window_start"]]

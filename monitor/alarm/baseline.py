@@ -76,12 +76,15 @@ class BaselineTracker:
     """
 
     def __init__(self, epsilon_flagged: float, epsilon_events: float, window_seconds: float,
-                 warmup_seconds: float, refresh_seconds: float, flag_cap: int | None = None, rng=None) -> None:
-        for name, value in (("epsilon_flagged", epsilon_flagged), ("epsilon_events", epsilon_events)):
+                 warmup_seconds: float, refresh_seconds: float, flag_cap: int | None = None,
+                 epsilon_warmup: float | None = None, rng=None) -> None:
+        epsilon_warmup = epsilon_flagged if epsilon_warmup is None else epsilon_warmup
+        for name, value in (("epsilon_flagged", epsilon_flagged), ("epsilon_events", epsilon_events), ("epsilon_warmup", epsilon_warmup)):
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         self.epsilon_flagged = float(epsilon_flagged)
         self.epsilon_events = float(epsilon_events)
+        self.epsilon_warmup = float(epsilon_warmup)
         self.window_seconds = float(window_seconds)
         self.warmup_seconds = float(warmup_seconds)
         self.refresh_seconds = float(refresh_seconds)
@@ -97,8 +100,9 @@ class BaselineTracker:
 
     @property
     def epsilon(self) -> float:
-        """What one estimate costs."""
-        return self.epsilon_flagged + self.epsilon_events
+        """What the next estimate costs: the first one's flagged total gets ``epsilon_warmup``
+        (its span holds few windows, so its noise weighs more per window)."""
+        return (self.epsilon_warmup if self.estimate is None else self.epsilon_flagged) + self.epsilon_events
 
     def span_length(self) -> float:
         """Length of the span the next estimate covers (public)."""
@@ -137,7 +141,7 @@ class BaselineTracker:
     def release(self, window_end: float) -> BaselineEstimate:
         """Release the span's totals with Laplace noise and start a new span.
 
-        Guarantee: (epsilon_flagged + epsilon_events, 0)-DP for neighbours that differ by
+        Guarantee: (``epsilon`` as read before the call, 0)-DP for neighbours that differ by
         one privacy unit contributing at most one event per window of the span (or by
         one event, without ``flag_cap``).
         """
@@ -147,7 +151,9 @@ class BaselineTracker:
         w = max(1, int(math.ceil((window_end - self._span_start) / self.window_seconds - 1e-9)))
         events_sensitivity = 1 if self.flag_cap is None else w
         flagged_sensitivity = 1 if self.flag_cap is None else min(self.flag_cap, w)
-        flagged = self._noise.laplace(flagged_sensitivity / self.epsilon_flagged, center=float(self._flagged))
+        epsilon = self.epsilon
+        eps_flagged = epsilon - self.epsilon_events
+        flagged = self._noise.laplace(flagged_sensitivity / eps_flagged, center=float(self._flagged))
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         # Post-processing: a rate in [0, 1]; with (almost) no traffic keep the previous one.
         if events >= w:
@@ -156,7 +162,7 @@ class BaselineTracker:
             rate = self.estimate.rate if self.estimate is not None else 0.0
         self.estimate = BaselineEstimate(
             rate=rate, events_per_window=max(0.0, events / w), span_start=self._span_start, span_end=float(window_end),
-            span_windows=w, epsilon=self.epsilon,
+            span_windows=w, epsilon=epsilon,
         )
         self.skip()
         return self.estimate
