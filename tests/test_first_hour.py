@@ -288,7 +288,7 @@ def test_sigterm_while_the_broker_is_gone_exits_within_the_stop_grace(workdir, f
     log = workdir / "run.log"
     proc = start_monitor("run", cwd=workdir, log=log)
     try:
-        wait_for(lambda: " released: outliers" in log.read_text() or proc.poll() is not None, 60, "a first release")
+        wait_for(lambda: " released: alarm " in log.read_text() or proc.poll() is not None, 60, "a first release")
         fresh_broker.kill()  # SIGKILL: every flush and reconnect now waits for its timeout
         time.sleep(3)
     finally:
