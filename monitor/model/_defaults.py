@@ -9,11 +9,14 @@ Two kinds of grids share the budget equally (epsilon / G each, G grids in all):
 - joint grids over GROUP_SIZE = 3 features (outliers in a combination of features),
   coarse: at most MAX_CELLS = 125 cells (5 bins per axis);
 - marginal grids over 1 feature each (outliers within one feature's range), fine:
-  MARGINAL_BINS = 32 bins, on up to MAX_MARGINALS = 8 features spread over the d.
+  MARGINAL_BINS = 32 bins, on floor(MARGINALS_PER_EPSILON = 4 x min(epsilon, 1)) features spread
+  over the d.
 
 >>> lay = default_layout(10, 1.0)
->>> [len(g) for g in lay.groups], lay.bins, lay.k
-([3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1], (5, 5, 5, 5, 5, 5, 32, 32, 32, 32, 32, 32, 32, 32), 14.0)
+>>> lay.groups
+((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 1, 9), (2, 3, 4), (5, 6, 7), (0,), (2,), (5,), (8,))
+>>> lay.bins, lay.k
+((5, 5, 5, 5, 5, 5, 32, 32, 32, 32), 10.0)
 """
 
 from __future__ import annotations
@@ -30,8 +33,7 @@ MAX_CELLS = 125  # cells per joint grid at most (5 bins per axis in 3-D)
 MIN_BINS = 3  # 2 bins cut each feature at the middle of its bounds: too crude
 CELLS_PER_EPSILON = 800  # the joint grids hold at most this many cells per unit of epsilon
 EPSILON_CAP = 1.0  # the layout is the same for every epsilon above this
-MAX_MARGINALS = 8  # fine 1-feature grids, at most this many ...
-MARGINALS_PER_EPSILON = 4  # ... and this many per unit of epsilon ...
+MARGINALS_PER_EPSILON = 4  # fine 1-feature grids per unit of epsilon (so 4 above the cap) ...
 MARGINAL_BINS = 32  # ... of this many bins
 K_NOISE = 1.0  # k in units of the per-cell noise scale G / epsilon ...
 K_MIN = 5.0  # ... and at least exact kNN's k
@@ -120,7 +122,7 @@ def default_layout(d: int, epsilon: float, group_size: int | None = None, bins: 
         b, m_auto = int(bins), max(1, min(m_max, math.floor(CELLS_PER_EPSILON * e / int(bins) ** p)))
     m = n_grids if n_grids is not None else m_auto
     groups = feature_groups(d, p, m, seed)
-    n_marg = (min(MAX_MARGINALS, math.floor(MARGINALS_PER_EPSILON * e)) if d > 1 else 0) if marginals is None else marginals
+    n_marg = (math.floor(MARGINALS_PER_EPSILON * e) if d > 1 else 0) if marginals is None else marginals
     marg = tuple((f,) for f in marginal_features(d, n_marg))
     g_total = len(groups) + len(marg)
     kk = k if k is not None else max(K_MIN, K_NOISE * g_total / e)

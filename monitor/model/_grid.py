@@ -160,15 +160,23 @@ class NoisyGrid:
         key = (float(k), int(depth), bool(weighted))
         table = self._tables.get(key)
         p, res = len(self.features), self.bins * sub
-        if table is None:
-            axis = (np.arange(res) + 0.5) / res
-            centres = np.stack(np.meshgrid(*([axis] * p), indexing="ij"), axis=-1).reshape(-1, p)
-            full = np.zeros((centres.shape[0], max(self.features) + 1))
-            full[:, list(self.features)] = centres
-            table = self._tables[key] = self.score(full, k, depth, weighted)
         strides = res ** np.arange(p - 1, -1, -1, dtype=np.int64)
         idx = np.minimum((U[:, list(self.features)] * res).astype(np.int64), res - 1) @ strides
+        if table is None and U.shape[0] * 8 < res**p:
+            # A small batch: score only the sub-cells it touches (the same values the
+            # full table would hold), so a single event does not pay for the table.
+            cells, inv = np.unique(idx, return_inverse=True)
+            return self._score_centres(cells, res, p, k, depth, weighted)[inv.ravel()]
+        if table is None:
+            table = self._tables[key] = self._score_centres(np.arange(res**p), res, p, k, depth, weighted)
         return table[idx]
+
+    def _score_centres(self, flat, res, p, k, depth, weighted) -> np.ndarray:
+        """``score`` at the centres of sub-cells given by flat index on a res^p lattice."""
+        coords = (flat[:, None] // (res ** np.arange(p - 1, -1, -1, dtype=np.int64))[None, :]) % res
+        full = np.zeros((flat.size, max(self.features) + 1))
+        full[:, list(self.features)] = (coords + 0.5) / res
+        return self.score(full, k, depth, weighted)
 
     def _table_sub(self) -> int:
         p = len(self.features)
