@@ -101,13 +101,19 @@ def _write_csv(path, X, extra_first_col=True):
             w.writerow([f"e{i}", r[2], r[0], r[1]])
 
 
-def test_cli_fit_then_score_csv_and_npz(tmp_path, capsys):
+def _cli_fit(tmp_path, data_seed, noise_seed):
+    """`monitor fit` on 2000 vitals rows written to ref.csv; returns the rows and the model path."""
     (tmp_path / "config.yaml").write_text(CONFIG)
-    X = np.random.default_rng(2).normal([70, 97, 36], [8, 1.5, 0.5], (2000, 3))
+    X = np.random.default_rng(data_seed).normal([70, 97, 36], [8, 1.5, 0.5], (2000, 3))
     _write_csv(tmp_path / "ref.csv", X)
     out = tmp_path / "m.json"
     assert main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"),
-                 "--out", str(out), "--seed", "3"]) == 0
+                 "--out", str(out), "--seed", str(noise_seed)]) == 0
+    return X, out
+
+
+def test_cli_fit_then_score_csv_and_npz(tmp_path, capsys):
+    X, out = _cli_fit(tmp_path, 2, 3)
     m = GridKNN.load(out)
     assert m.feature_names_ == NAMES and m.threshold_ is not None
     Y = np.vstack([X[:5], [[200, 71, 41]]])
@@ -179,12 +185,7 @@ def test_config_threshold_applies_to_an_existing_model_without_refit(tmp_path, c
     from monitor.config import load_config
     from monitor.model import load_configured
 
-    (tmp_path / "config.yaml").write_text(CONFIG)
-    X = np.random.default_rng(5).normal([70, 97, 36], [8, 1.5, 0.5], (2000, 3))
-    _write_csv(tmp_path / "ref.csv", X)
-    out = tmp_path / "m.json"
-    assert main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"),
-                 "--out", str(out), "--seed", "6"]) == 0
+    X, out = _cli_fit(tmp_path, 5, 6)
     fitted = GridKNN.load(out)
     _write_csv(tmp_path / "ev.csv", X[:200])
     ledger = tmp_path / "reference-ledger.sqlite"

@@ -154,13 +154,17 @@ def load_model(path: str | os.PathLike):
         raise ModelFileError(f"model file {path} is malformed: {err}") from None
 
 
-def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, NoisyGrid):
-    feats = c["features"]
-    names = [str(f["name"]) for f in feats]
-    bounds = check_bounds([[float(f["min"]), float(f["max"])] for f in feats])
-    priv, lay = c["privacy"], c["layout"]
-    if float(priv["delta"]) != 0.0:
+def _features_and_privacy(c: dict[str, Any]):
+    names = [str(f["name"]) for f in c["features"]]
+    bounds = check_bounds([[float(f["min"]), float(f["max"])] for f in c["features"]])
+    if float(c["privacy"]["delta"]) != 0.0:
         raise ValueError("privacy.delta must be 0 (pure DP)")
+    return names, bounds, c["privacy"]
+
+
+def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, NoisyGrid):
+    names, bounds, priv = _features_and_privacy(c)
+    lay = c["layout"]
     k, depth, weighted = float(scoring["k"]), scoring["max_depth"], scoring["weighted"]
     if not (k > 0 and math.isfinite(k)) or not isinstance(depth, int) or depth < 0 or not isinstance(weighted, bool):
         raise ValueError("scoring needs k > 0, an integer max_depth >= 0 and a boolean weighted")
@@ -178,12 +182,8 @@ def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, NoisyGrid):
 
 def _build_v1(c: dict[str, Any], GridKNN, NoisyGrid):
     """A version 1 file: disjoint groups, equal bins, threshold in unit-cube distance."""
-    feats = c["features"]
-    names = [str(f["name"]) for f in feats]
-    bounds = check_bounds([[float(f["min"]), float(f["max"])] for f in feats])
-    p, priv = c["parameters"], c["privacy"]
-    if float(priv["delta"]) != 0.0:
-        raise ValueError("privacy.delta must be 0 (pure DP)")
+    names, bounds, priv = _features_and_privacy(c)
+    p = c["parameters"]
     m = GridKNN(bins=int(p["bins"]), k=float(p["k"]), epsilon=float(priv["epsilon"]), bounds=bounds,
                 max_depth=int(p["max_depth"]), weighted=bool(p["weighted"]), feature_names=names,
                 group_size=int(p["group_size"]), n_grids=None, marginals=0)
