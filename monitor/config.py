@@ -125,8 +125,8 @@ class AlarmSettings(_Strict):
         0.02, gt=0, lt=0.5, description="Share of the model's own noisy mass above the alarm's score threshold: the alarm counts "
         "events flagged at this (strict) rate, a public post-processing of the model."
     )
-    threshold: float = Field(15.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
-    z: float = Field(2.5, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
+    threshold: float = Field(27.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
+    z: float = Field(2.0, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
     rate_margin: float = Field(
         0.05, ge=0, description="Extra margin as a share of the expected flagged count (rate x mean events): the normal rate "
         "varies within a day, with who is online, more than the daily baseline can follow."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.model import GridKNN, default_layout
+from monitor.model import GridKNN
 from monitor.model._defaults import feature_groups
 from monitor.model._grid import NoisyGrid, neighbour_offsets
 
@@ -19,7 +19,9 @@ def cluster(n=2000, d=2, seed=0):
 def test_fit_returns_self_and_learned_state():
     m = GridKNN(bounds=B2, random_state=0)
     assert m.fit(cluster()) is m
-    assert m.bins_ == 6 and m.group_size_ == 2 and len(m.grids_) == 1
+    # d = 2: one joint 2-D grid and two fine one-feature grids, epsilon split equally.
+    assert [g.features for g in m.grids_] == [(0, 1), (0,), (1,)]
+    assert m.grid_bins_ == (11, 32, 32) and m.grid_epsilons_ == [1 / 3] * 3
     assert m.epsilon_spent_ == 1.0
 
 
@@ -85,12 +87,8 @@ def test_unfitted_model_refuses_to_score():
         GridKNN(bounds=B2).score_samples([[1, 2]])
 
 
-def test_defaults_depend_only_on_public_settings():
-    assert default_layout(8, 1.0) == default_layout(8, 1.0)
-    lay = default_layout(30, 1.0)
-    assert lay.group_size == 2 and lay.k == 15.0  # k = G / epsilon with G = 15 grids
-    assert default_layout(1, 1.0).group_size == 1
-    assert feature_groups(5, 2) == [(0, 1), (2, 3), (4,)]
+def test_v1_disjoint_groups_still_available():
+    assert feature_groups(5, 2) == ((0, 1), (2, 3), (4,))
     assert sorted(i for g in feature_groups(31, 3) for i in g) == list(range(31))
 
 
@@ -118,12 +116,12 @@ def test_thirty_dimensions_dense_and_one_big_sparse_grid():
     X = rng.normal(0.5, 0.05, (3000, 30))
     b30 = [(0, 1)] * 30
     m = GridKNN(bounds=b30, random_state=8).fit(X)
-    assert len(m.grids_) == 15
+    assert len(m.grids_) == 16  # 12 joint 3-feature grids + 4 one-feature grids at epsilon 1
     s = m.score_samples(np.vstack([np.full(30, 0.5), np.full(30, 0.02)]))
     assert s[0] < s[1]
     # One 30-D grid of 2^30 cells: only the sparse simulation can fit it.
     X = rng.normal(0.3, 0.05, (3000, 30))  # about half the records in the all-low corner cell
-    big = GridKNN(bounds=b30, group_size=30, bins=2, max_depth=1, random_state=9).fit(X)
+    big = GridKNN(bounds=b30, group_size=30, bins=2, max_depth=1, n_grids=1, marginals=0, random_state=9).fit(X)
     assert big.grids_[0].n_cells == 2**30 and big.grids_[0].keys.size < 10_000
     s = big.score_samples(np.vstack([np.full(30, 0.3), np.full(30, 0.9)]))
     assert s[0] < s[1]

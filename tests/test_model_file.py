@@ -33,9 +33,9 @@ def test_round_trip_gives_identical_scores_and_records_the_guarantee(model):
     np.testing.assert_array_equal(m.score_samples(Y), m2.score_samples(Y))
     np.testing.assert_array_equal(m.predict(Y), m2.predict(Y))
     doc = json.loads(path.read_text())
-    assert doc["version"] == 1 and doc["content"]["privacy"]["epsilon"] == 1.0
-    assert doc["content"]["privacy"]["delta"] == 0.0
-    assert [f["name"] for f in doc["content"]["features"]] == NAMES
+    assert doc["version"] == 2 and doc["private"]["privacy"]["epsilon"] == 1.0
+    assert doc["private"]["privacy"]["delta"] == 0.0
+    assert [f["name"] for f in doc["private"]["features"]] == NAMES
     assert path.stat().st_size < 20_000
 
 
@@ -53,16 +53,20 @@ def _rewrite(path, edit, fix_checksum):
     doc = json.loads(path.read_text())
     edit(doc)
     if fix_checksum:
-        doc["sha256"] = hashlib.sha256(_canonical(doc["content"])).hexdigest()
+        doc["sha256"] = hashlib.sha256(_canonical(doc["private"])).hexdigest()
     path.write_text(json.dumps(doc))
 
 
 @pytest.mark.parametrize("edit, fix, match", [
-    (lambda d: d["content"]["grids"][0]["values"].__setitem__(0, 1e6), False, "checksum"),
+    (lambda d: d["private"]["grids"][0]["values"].__setitem__(0, 1e6), False, "checksum"),
+    (lambda d: d["private"]["features"][0].__setitem__("max", 250.0), False, "checksum"),
     (lambda d: d.__setitem__("version", 99), False, "version 99"),
-    (lambda d: d["content"]["grids"][0].__setitem__("keys", [5, 3]), True, "malformed"),
-    (lambda d: d["content"].pop("grids"), True, "malformed"),
-    (lambda d: d["content"]["privacy"].__setitem__("delta", 1e-5), True, "pure DP"),
+    (lambda d: d["private"]["grids"][0].__setitem__("keys", [5, 3]), True, "malformed"),
+    (lambda d: d["private"].pop("grids"), True, "malformed"),
+    (lambda d: d["private"]["privacy"].__setitem__("delta", 1e-5), True, "pure DP"),
+    (lambda d: d["private"]["grids"][0].__setitem__("epsilon", 5.0), True, "add up to privacy.epsilon"),
+    (lambda d: d["scoring"].__setitem__("threshold", "high"), False, "threshold"),
+    (lambda d: d["scoring"].__setitem__("contamination", 0.9), False, "contamination"),
 ])
 def test_load_refuses_bad_files(model, edit, fix, match):
     _, path = model
@@ -97,13 +101,19 @@ def _write_csv(path, X, extra_first_col=True):
             w.writerow([f"e{i}", r[2], r[0], r[1]])
 
 
-def test_cli_fit_then_score_csv_and_npz(tmp_path, capsys):
+def _cli_fit(tmp_path, data_seed, noise_seed):
+    """`monitor fit` on 2000 vitals rows written to ref.csv; returns the rows and the model path."""
     (tmp_path / "config.yaml").write_text(CONFIG)
-    X = np.random.default_rng(2).normal([70, 97, 36], [8, 1.5, 0.5], (2000, 3))
+    X = np.random.default_rng(data_seed).normal([70, 97, 36], [8, 1.5, 0.5], (2000, 3))
     _write_csv(tmp_path / "ref.csv", X)
     out = tmp_path / "m.json"
     assert main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"),
-                 "--out", str(out), "--seed", "3"]) == 0
+                 "--out", str(out), "--seed", str(noise_seed)]) == 0
+    return X, out
+
+
+def test_cli_fit_then_score_csv_and_npz(tmp_path, capsys):
+    X, out = _cli_fit(tmp_path, 2, 3)
     m = GridKNN.load(out)
     assert m.feature_names_ == NAMES and m.threshold_ is not None
     Y = np.vstack([X[:5], [[200, 71, 41]]])
@@ -153,11 +163,45 @@ def test_cli_fit_charges_the_reference_ledger_and_stops_when_it_is_spent(tmp_pat
     _write_csv(tmp_path / "ref.csv", np.random.default_rng(4).normal([70, 97, 36], [8, 1.5, 0.5], (500, 3)))
     args = ["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"), "--seed", "1"]
     assert main(args + ["--out", str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out
+    assert "reference budget: spent 1 of 2.5 (budget.reference_epsilon), 1.5 left: 1 more fit(s)" in out
+    assert "model.threshold or model.contamination" in out
     assert main(args + ["--out", str(tmp_path / "b.json")]) == 0
-    capsys.readouterr()
+    assert "spent 2 of 2.5" in capsys.readouterr().out
     assert main(args + ["--out", str(tmp_path / "c.json")]) == 2
-    assert "reference budget exhausted" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "reference budget exhausted" in err and "Traceback" not in err
+    # The refusal names the next steps: keep the model and change its threshold (free),
+    # a smaller epsilon that fits what is left, or new reference data with a new ledger.
+    assert "Next step: keep the model you have" in err and "model.threshold" in err
+    assert "model.epsilon at most 0.5" in err and "budget.reference_ledger" in err
     assert not (tmp_path / "c.json").exists()
     with ReferenceLedger(tmp_path / "reference-ledger.sqlite", 2.5) as ledger:
         assert ledger.spent()[0] == pytest.approx(2.0)
         assert [e.purpose for e in ledger.entries()] == ["fit", "fit"]
+
+
+def test_config_threshold_applies_to_an_existing_model_without_refit(tmp_path, capsys):
+    from monitor.config import load_config
+    from monitor.model import load_configured
+
+    X, out = _cli_fit(tmp_path, 5, 6)
+    fitted = GridKNN.load(out)
+    _write_csv(tmp_path / "ev.csv", X[:200])
+    ledger = tmp_path / "reference-ledger.sqlite"
+    charged = ledger.read_bytes()
+    # model.threshold in the config wins over the file's; no charge, no refit.
+    (tmp_path / "t.yaml").write_text(CONFIG.replace("{epsilon: 1.0, contamination: 0.05}",
+                                                    f"{{epsilon: 1.0, threshold: -1.0, path: {out}}}"))
+    capsys.readouterr()
+    assert main(["score", "--model", str(out), "--input", str(tmp_path / "ev.csv"), "--config", str(tmp_path / "t.yaml")]) == 0
+    assert "flagged (score > -1): 200 (100.00 %)" in capsys.readouterr().out
+    m = load_configured(load_config(tmp_path / "t.yaml"))
+    assert m.threshold_ == -1.0 and m.grids_[0].values.tolist() == fitted.grids_[0].values.tolist()
+    # A different contamination recomputes the threshold from the same noisy cells.
+    (tmp_path / "c.yaml").write_text(CONFIG.replace("contamination: 0.05", f"contamination: 0.2, path: {out}"))
+    assert load_configured(load_config(tmp_path / "c.yaml")).threshold_ < fitted.threshold_
+    # A config that says nothing about the threshold keeps the file's.
+    (tmp_path / "n.yaml").write_text(CONFIG.replace("{epsilon: 1.0, contamination: 0.05}", f"{{path: {out}}}"))
+    assert load_configured(load_config(tmp_path / "n.yaml")).threshold_ == fitted.threshold_
+    assert ledger.read_bytes() == charged

@@ -34,17 +34,40 @@ def configure_score(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_score, config=None)
 
 
-def _charge_reference_ledger(cfg, epsilon: float, reference: Path) -> None:
+def _charge_reference_ledger(cfg, epsilon: float, reference: Path) -> tuple[float, float]:
     """Charge the fit's epsilon to the reference-data ledger (DESIGN 4), before fitting.
 
     Charging first means a fit that fails afterwards still counts: the noise may have
     been drawn, and a budget that errs on the side of spending is the safe one.
-    Raises BudgetExhausted (exit 2, plain message) when the reference budget is spent.
+    Returns (spent, remaining) after the charge. Raises BudgetExhausted (exit 2, plain
+    message naming what can be done instead) when the reference budget cannot pay.
     """
     from monitor.budget import ReferenceLedger
+    from monitor.errors import BudgetExhausted
 
-    with ReferenceLedger(cfg.budget.reference_ledger, cfg.budget.reference_epsilon) as ledger:
-        ledger.charge("fit", epsilon, note=f"monitor fit --reference {reference}")
+    limit = cfg.budget.reference_epsilon
+    with ReferenceLedger(cfg.budget.reference_ledger, limit) as ledger:
+        try:
+            ledger.charge("fit", epsilon, note=f"monitor fit --reference {reference}")
+        except BudgetExhausted:
+            spent, left = ledger.spent()[0], ledger.remaining()
+            raise BudgetExhausted(_refusal(cfg, epsilon, spent, left)) from None
+        return ledger.spent()[0], ledger.remaining()
+
+
+def _refusal(cfg, epsilon: float, spent: float, left: float) -> str:
+    """Why the fit is refused and what to do instead, most useful first."""
+    ledger, limit = cfg.budget.reference_ledger, cfg.budget.reference_epsilon
+    steps = ["keep the model you have: to flag more or fewer events change model.threshold or "
+             "model.contamination in the config (post-processing, free, no refit)"]
+    if left > 0:
+        steps.append(f"or fit with model.epsilon at most {left:.4g} (the rest of the budget; a smaller "
+                     f"epsilon gives a noisier model)")
+    steps.append("or fit on NEW reference data (records not used by earlier fits) with a new "
+                 "budget.reference_ledger file")
+    return (f"reference budget exhausted: this fit needs epsilon {epsilon:.4g} but {spent:.4g} of "
+            f"budget.reference_epsilon = {limit:.4g} is already spent (ledger {ledger}) and the reference "
+            f"budget never refills. Next step: " + "; ".join(steps) + ".")
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -59,14 +82,20 @@ def run_fit(args: argparse.Namespace) -> int:
                     weighted=ms.weighted, contamination=ms.contamination, threshold=ms.threshold,
                     random_state=args.seed, feature_names=cfg.feature_names)
     # Charged before the noisy cells exist: a refused charge releases nothing.
-    _charge_reference_ledger(cfg, ms.epsilon, Path(args.reference))
+    spent, left = _charge_reference_ledger(cfg, ms.epsilon, Path(args.reference))
     model.fit(X)
     out = Path(args.out) if args.out else ms.path
     model.save(out)
     thr = "none" if model.threshold_ is None else f"{model.threshold_:.4g}"
-    print(f"wrote {out}: {len(model.grids_)} grid(s) of {model.bins_} bins over {len(cfg.feature_names)} features, "
-          f"epsilon={model.epsilon_spent_:g} (pure DP), threshold={thr}; {X.shape[0]} reference rows read "
-          f"(the file holds no raw count: the reference data may be deleted)")
+    joint = sum(len(g) > 1 for g in model.groups_)
+    print(f"wrote {out}: {len(model.grids_)} grids ({joint} joint, {len(model.grids_) - joint} one-feature) "
+          f"over {len(cfg.feature_names)} features, epsilon={model.epsilon_spent_:g} (pure DP), threshold={thr}; "
+          f"{X.shape[0]} reference rows read (the file holds no raw count: the reference data may be deleted)")
+    fits_left = int(left // ms.epsilon + 1e-9) if ms.epsilon > 0 else 0
+    print(f"reference budget: spent {spent:.4g} of {cfg.budget.reference_epsilon:.4g} "
+          f"(budget.reference_epsilon), {left:.4g} left: {fits_left} more fit(s) at model.epsilon={ms.epsilon:g}; "
+          f"it never refills. Changing the threshold later is free: model.threshold or model.contamination "
+          f"in the config (docs/model.md)")
     return 0
 
 
@@ -79,10 +108,9 @@ def run_score(args: argparse.Namespace) -> int:
     else:
         from monitor.cli import DEFAULT_CONFIG
         from monitor.config import load_config
+        from monitor.model.file import load_configured
 
-        cfg = load_config(args.config or DEFAULT_CONFIG)
-        model = GridKNN.load(args.model or cfg.model.path)
-        model.check_features(cfg.feature_names, cfg.bounds)
+        model = load_configured(load_config(args.config or DEFAULT_CONFIG), args.model)
     path = Path(args.input)
     Y = read_features(path, model.feature_names_)
     scores = model.score_samples(Y)

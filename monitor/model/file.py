@@ -1,18 +1,28 @@
 """The model file: versioned, checksummed JSON that is safe to publish.
 
-Layout (format version 1)::
+Layout (format version 2)::
 
-    {"format": "dp-grid-knn", "version": 1, "sha256": "<hex of the canonical content>",
-     "content": {"features": [{"name": ..., "min": ..., "max": ...}, ...],
-                 "parameters": {"bins", "k", "max_depth", "weighted", "group_size", "contamination"},
+    {"format": "dp-grid-knn", "version": 2, "sha256": "<hex of the canonical private part>",
+     "private": {"features": [{"name": ..., "min": ..., "max": ...}, ...],
                  "privacy": {"epsilon": ..., "delta": 0.0, "mechanism": "laplace_grid",
-                             "unit": "one reference record (add/remove)"},
-                 "threshold": float or null,
-                 "grids": [{"features": [0, 1], "bins": 6, "keys": [...], "values": [...]}, ...]}}
+                             "composition": "basic", "unit": "one reference record (add/remove)"},
+                 "layout": {"rule": ..., "group_size", "n_grids", "marginals", "bins"},
+                 "grids": [{"features": [0, 1, 2], "bins": 5, "epsilon": ..., "keys": [...],
+                            "values": [...]}, ...]},
+     "scoring": {"k": ..., "max_depth": ..., "weighted": ..., "threshold": float or null,
+                 "contamination": float or null}}
 
 ``keys`` are flat cell indices (row-major over the grid's features) and ``values`` their
-NOISY masses above the public keep-threshold; no raw count is ever written. The checksum
-is sha256 over ``json.dumps(content, sort_keys=True, separators=(",", ":"))``.
+NOISY masses above the public keep-threshold; no raw count is ever written. The per-grid
+epsilons add up to ``privacy.epsilon`` (basic composition); the loader checks it.
+
+The checksum is sha256 over ``json.dumps(private, sort_keys=True, separators=(",", ":"))``:
+it guards the private release. ``scoring`` is post-processing of that release, free in
+privacy, so it is outside the checksum and may be edited (a new threshold needs no refit):
+``threshold`` wins over ``contamination``; with neither the model flags nothing.
+
+Version 1 files (one checksum over everything, disjoint feature groups) still load; their
+threshold is converted to the version 2 score unit (cells instead of the unit cube).
 """
 
 from __future__ import annotations
@@ -29,10 +39,11 @@ import numpy as np
 from monitor.errors import MonitorError
 from monitor.features import check_bounds
 
-__all__ = ["ModelFileError", "FORMAT", "VERSION", "save_model", "load_model", "check_features"]
+__all__ = ["ModelFileError", "FORMAT", "VERSION", "save_model", "load_model", "check_features",
+           "set_file_threshold", "apply_config_threshold", "load_configured"]
 
 FORMAT = "dp-grid-knn"
-VERSION = 1
+VERSION = 2
 
 
 class ModelFileError(MonitorError):
@@ -44,27 +55,59 @@ def _canonical(content: dict) -> bytes:
     return json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
+def _private_part(model) -> dict:
+    return {
+        "features": [{"name": n, "min": float(lo), "max": float(hi)}
+                     for n, (lo, hi) in zip(model.feature_names_, model.bounds_)],
+        "privacy": {"epsilon": model.epsilon_spent_, "delta": 0.0, "mechanism": "laplace_grid",
+                    "composition": "basic", "unit": "one reference record (add/remove)"},
+        "layout": {"rule": "joint+marginal grids, monitor 2 (docs/model.md)", "group_size": model.group_size,
+                   "n_grids": model.n_grids, "marginals": model.marginals, "bins": model.bins},
+        "grids": [{"features": list(g.features), "bins": g.bins, "epsilon": e, "keys": g.keys.tolist(),
+                   "values": g.values.tolist()} for g, e in zip(model.grids_, model.grid_epsilons_)],
+    }
+
+
+def _scoring_part(model) -> dict:
+    return {"k": model.k_, "max_depth": model.max_depth_, "weighted": bool(model.weighted),
+            "threshold": None if model.threshold is None else float(model.threshold),
+            "contamination": model.contamination}
+
+
 def save_model(model, path: str | os.PathLike) -> None:
     """Write a fitted GridKNN to ``path`` atomically (temp file + rename)."""
     model._check_fitted()
-    content = {
-        "features": [{"name": n, "min": float(lo), "max": float(hi)}
-                     for n, (lo, hi) in zip(model.feature_names_, model.bounds_)],
-        "parameters": {"bins": model.bins_, "k": model.k_, "max_depth": model.max_depth_,
-                       "weighted": bool(model.weighted), "group_size": model.group_size_,
-                       "contamination": model.contamination},
-        "privacy": {"epsilon": model.epsilon_spent_, "delta": 0.0, "mechanism": "laplace_grid",
-                    "unit": "one reference record (add/remove)"},
-        "threshold": model.threshold_,
-        "grids": [{"features": list(g.features), "bins": g.bins, "keys": g.keys.tolist(),
-                   "values": g.values.tolist()} for g in model.grids_],
-    }
-    doc = {"format": FORMAT, "version": VERSION, "sha256": hashlib.sha256(_canonical(content)).hexdigest(),
-           "content": content}
-    path = Path(path)
+    private = _private_part(model)
+    doc = {"format": FORMAT, "version": VERSION, "sha256": hashlib.sha256(_canonical(private)).hexdigest(),
+           "private": private, "scoring": _scoring_part(model)}
+    _write(doc, Path(path))
+
+
+def _write(doc: dict, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def set_file_threshold(path: str | os.PathLike, threshold: float | None = None,
+                       contamination: float | None = None):
+    """Rewrite only the ``scoring`` threshold of a model file; returns the loaded model.
+
+    Post-processing of the private model: no refit and no charge to the reference ledger.
+    The private part and its checksum are left byte for byte as they were.
+    """
+    model = load_model(path)
+    try:
+        model.set_threshold(threshold, contamination)
+    except ValueError as err:
+        raise ModelFileError(f"cannot set the threshold of {path}: {err}") from None
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    if doc.get("version") != VERSION:
+        raise ModelFileError(f"model file {path} has format version {doc.get('version')!r}: refit it with "
+                             f"`monitor fit` to get version {VERSION}, whose threshold can be changed")
+    doc["scoring"] = _scoring_part(model)
+    _write(doc, Path(path))
+    return model
 
 
 def load_model(path: str | os.PathLike):
@@ -85,39 +128,82 @@ def load_model(path: str | os.PathLike):
         raise ModelFileError(f"model file {path} is corrupt (not valid JSON: {err.msg} at line {err.lineno})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFileError(f"{path} is not a grid-kNN model file (missing format {FORMAT!r})")
-    if doc.get("version") != VERSION:
-        raise ModelFileError(f"model file {path} has format version {doc.get('version')!r}; this monitor reads "
-                             f"version {VERSION}: refit it with `monitor fit`")
-    content = doc.get("content")
-    if not isinstance(content, dict) or not isinstance(doc.get("sha256"), str):
-        raise ModelFileError(f"model file {path} is malformed: missing content or sha256")
+    version = doc.get("version")
+    if version not in (1, VERSION):
+        raise ModelFileError(f"model file {path} has format version {version!r}; this monitor reads "
+                             f"versions 1 and {VERSION}: refit it with `monitor fit`")
+    private = doc.get("content" if version == 1 else "private")
+    if not isinstance(private, dict) or not isinstance(doc.get("sha256"), str):
+        raise ModelFileError(f"model file {path} is malformed: missing {'content' if version == 1 else 'private'} "
+                             "or sha256")
     try:
-        digest = hashlib.sha256(_canonical(content)).hexdigest()
+        digest = hashlib.sha256(_canonical(private)).hexdigest()
     except (TypeError, ValueError):
         digest = None
     if digest != doc["sha256"]:
-        raise ModelFileError(f"model file {path} is corrupt: its sha256 checksum does not match its content")
+        raise ModelFileError(f"model file {path} is corrupt: its sha256 checksum does not match its private part "
+                             "(the noisy grids, features or privacy record were changed)")
     try:
-        return _build(content, GridKNN, NoisyGrid)
+        if version == 1:
+            return _build_v1(private, GridKNN, NoisyGrid)
+        scoring = doc.get("scoring")
+        if not isinstance(scoring, dict):
+            raise ValueError("missing scoring section")
+        return _build(private, scoring, GridKNN, NoisyGrid)
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise ModelFileError(f"model file {path} is malformed: {err}") from None
 
 
-def _build(c: dict[str, Any], GridKNN, NoisyGrid):
-    feats = c["features"]
-    names = [str(f["name"]) for f in feats]
-    bounds = check_bounds([[float(f["min"]), float(f["max"])] for f in feats])
-    p, priv = c["parameters"], c["privacy"]
-    if float(priv["delta"]) != 0.0:
+def _features_and_privacy(c: dict[str, Any]):
+    names = [str(f["name"]) for f in c["features"]]
+    bounds = check_bounds([[float(f["min"]), float(f["max"])] for f in c["features"]])
+    if float(c["privacy"]["delta"]) != 0.0:
         raise ValueError("privacy.delta must be 0 (pure DP)")
+    return names, bounds, c["privacy"]
+
+
+def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, NoisyGrid):
+    names, bounds, priv = _features_and_privacy(c)
+    lay = c["layout"]
+    k, depth, weighted = float(scoring["k"]), scoring["max_depth"], scoring["weighted"]
+    if not (k > 0 and math.isfinite(k)) or not isinstance(depth, int) or depth < 0 or not isinstance(weighted, bool):
+        raise ValueError("scoring needs k > 0, an integer max_depth >= 0 and a boolean weighted")
+    m = GridKNN(bins=lay["bins"], k=k, epsilon=float(priv["epsilon"]), bounds=bounds, max_depth=depth,
+                weighted=weighted, feature_names=names, group_size=lay["group_size"], n_grids=lay["n_grids"],
+                marginals=lay["marginals"])
+    if len(set(names)) != len(names):
+        raise ValueError("feature names must be distinct")
+    grids = _grids(c["grids"], len(names), NoisyGrid)
+    eps_list = [float(g["epsilon"]) for g in c["grids"]]
+    if not math.isclose(math.fsum(eps_list), m.epsilon, rel_tol=1e-9) or min(eps_list) <= 0:
+        raise ValueError("the grids' epsilons must be positive and add up to privacy.epsilon (basic composition)")
+    return _finish(m, names, bounds, grids, eps_list, k, depth, scoring.get("threshold"), scoring.get("contamination"))
+
+
+def _build_v1(c: dict[str, Any], GridKNN, NoisyGrid):
+    """A version 1 file: disjoint groups, equal bins, threshold in unit-cube distance."""
+    names, bounds, priv = _features_and_privacy(c)
+    p = c["parameters"]
     m = GridKNN(bins=int(p["bins"]), k=float(p["k"]), epsilon=float(priv["epsilon"]), bounds=bounds,
-                max_depth=int(p["max_depth"]), weighted=bool(p["weighted"]), contamination=p["contamination"],
-                threshold=c["threshold"], feature_names=names, group_size=int(p["group_size"]))
-    m._validate()
+                max_depth=int(p["max_depth"]), weighted=bool(p["weighted"]), feature_names=names,
+                group_size=int(p["group_size"]), n_grids=None, marginals=0)
+    grids = _grids(c["grids"], len(names), NoisyGrid)
+    covered = sorted(f for g in grids for f in g.features)
+    if covered != list(range(len(names))):
+        raise ValueError("grids do not cover every feature exactly once")
+    thr = c["threshold"]
+    # v2 scores are in cells of each grid; v1 divided by the (common) bins.
+    thr = None if thr is None else float(thr) * int(p["bins"])
+    eps_list = [float(priv["epsilon"]) / len(grids)] * len(grids)
+    return _finish(m, names, bounds, grids, eps_list, float(p["k"]), int(p["max_depth"]), thr, None)
+
+
+def _grids(raw: list, d: int, NoisyGrid):
     grids = []
-    covered: list[int] = []
-    for g in c["grids"]:
+    for g in raw:
         fs, bins = tuple(int(i) for i in g["features"]), int(g["bins"])
+        if not fs or len(set(fs)) != len(fs) or min(fs) < 0 or max(fs) >= d or bins < 2:
+            raise ValueError("a grid needs distinct feature indices inside the features and bins >= 2")
         keys = np.asarray(g["keys"], dtype=np.int64)
         values = np.asarray(g["values"], dtype=np.float64)
         if keys.ndim != 1 or keys.shape != values.shape:
@@ -126,20 +212,52 @@ def _build(c: dict[str, Any], GridKNN, NoisyGrid):
             raise ValueError("grid keys must be sorted distinct cell indices inside the grid")
         if not np.all(np.isfinite(values)):
             raise ValueError("grid values must be finite")
-        covered.extend(fs)
         grids.append(NoisyGrid(fs, bins, keys, values))
-    if sorted(covered) != list(range(len(names))):
-        raise ValueError("grids do not cover every feature exactly once")
-    if [g.features for g in grids] != m.groups_:
-        raise ValueError("grid feature groups differ from the parameters' layout")
-    m.grids_ = grids
-    m.epsilon_spent_ = float(priv["epsilon"])
+    if not grids or sorted({f for g in grids for f in g.features}) != list(range(d)):
+        raise ValueError("the grids must cover every feature")
+    return grids
+
+
+def _finish(m, names, bounds, grids, eps_list, k, depth, threshold, contamination):
+    m.bounds_, m.feature_names_ = bounds, names
+    m.groups_ = tuple(g.features for g in grids)
+    m.grid_bins_ = tuple(g.bins for g in grids)
+    m.k_, m.max_depth_ = float(k), int(depth)
+    m.grids_, m.grid_epsilons_ = grids, eps_list
+    m.epsilon_spent_ = float(m.epsilon)
     m.n_features_in_ = len(names)
-    thr = c["threshold"]
-    m.threshold_ = None if thr is None else float(thr)
-    if m.threshold_ is not None and not math.isfinite(m.threshold_):
-        raise ValueError("threshold must be finite")
+    if threshold is not None and not isinstance(threshold, (int, float)):
+        raise ValueError("scoring.threshold must be a number or null")
+    m.set_threshold(None if threshold is None else float(threshold), contamination)
     return m
+
+
+def apply_config_threshold(model, settings) -> None:
+    """Apply ``model.threshold`` / ``model.contamination`` when the configuration sets them.
+
+    ``settings`` is the config's ModelSettings. Only keys written in the configuration
+    count (pydantic's ``model_fields_set``): a config that says nothing keeps the file's
+    threshold. Post-processing of the private model: no refit, no charge.
+    """
+    explicit = getattr(settings, "model_fields_set", set())
+    if "threshold" in explicit and settings.threshold is not None:
+        model.set_threshold(float(settings.threshold), None)
+    elif "contamination" in explicit or "threshold" in explicit:
+        model.set_threshold(None, settings.contamination)
+
+
+def load_configured(config, path: str | os.PathLike | None = None):
+    """The model file ``path`` (default ``config.model.path``), checked against the configured
+    features and with the configuration's threshold applied (see apply_config_threshold)."""
+    from monitor.model.estimator import GridKNN
+
+    model = GridKNN.load(config.model.path if path is None else path)
+    model.check_features(config.feature_names, config.bounds)
+    try:
+        apply_config_threshold(model, config.model)
+    except ValueError as err:
+        raise ModelFileError(f"model.threshold / model.contamination: {err}") from None
+    return model
 
 
 def check_features(model, names: Sequence[str], bounds) -> None:

@@ -61,14 +61,14 @@ _ALERT_PRODUCER = {"retries": 0, "enable_idempotence": False}
 
 
 def load_model(config: MonitorConfig):
-    """The model file named in config, checked against the configured features."""
-    from monitor.model import GridKNN
+    """The model file named in config, checked against the configured features, with the
+    config's threshold applied (post-processing, no refit)."""
+    from monitor.model.file import load_configured
 
     path = Path(config.model.path)
     if not path.exists():
         raise MonitorError(f"model file {path} not found (model.path): run `monitor fit` first to create it")
-    model = GridKNN.load(path)
-    model.check_features(config.feature_names, config.bounds)
+    model = load_configured(config)
     if getattr(model, "threshold_", None) is None:
         raise MonitorError(f"model file {path} has no flag threshold: refit with model.contamination or model.threshold set")
     return model

@@ -1,0 +1,157 @@
+"""The default layout (issue 13) and post-processing thresholds (issue 12, item 6)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from monitor.model import GridKNN, ModelFileError, default_layout, set_file_threshold
+from monitor.model._defaults import EPSILON_CAP, K_MIN, feature_groups
+from monitor.model.file import _canonical
+
+
+def _fit(X, eps, seed, **kw):
+    return GridKNN(bounds=[(0.0, 1.0)] * X.shape[1], epsilon=eps, random_state=seed, **kw).fit(X)
+
+
+@pytest.mark.parametrize("d, eps", [(3, 0.1), (6, 1.0), (10, 0.5), (32, 2.0)])
+def test_layout_depends_on_public_settings_only(d, eps):
+    # Two unrelated data sets with the same d, epsilon and bounds: the same grids,
+    # bins, k and depth. Only the noisy cell values may differ.
+    A = np.random.default_rng(1).uniform(0, 1, (500, d))
+    B = np.random.default_rng(2).normal(0.2, 0.05, (3000, d)) ** 2
+    a, b = _fit(A, eps, 3), _fit(B, eps, 4)
+    assert a.groups_ == b.groups_ and a.grid_bins_ == b.grid_bins_
+    assert (a.k_, a.max_depth_) == (b.k_, b.max_depth_)
+    assert a.groups_ == default_layout(d, eps).groups
+    assert [g.features for g in a.grids_] == list(a.groups_)
+
+
+def test_every_feature_is_in_a_joint_grid_and_three_features_share_one():
+    lay = default_layout(3, 1.0)
+    assert lay.groups[0] == (0, 1, 2)  # issue 13: 3 features were split 2 + 1
+    for d in (4, 9, 21, 64):
+        joint = [g for g in default_layout(d, 1.0).groups if len(g) > 1]
+        if len(joint) * 3 >= d:
+            assert sorted({f for g in joint for f in g}) == list(range(d))
+    assert sorted({f for g in feature_groups(40, 3, 30) for f in g}) == list(range(40))
+
+
+def test_k_never_shrinks_as_epsilon_grows_and_layout_is_fixed_above_the_cap():
+    for d in (2, 8, 30, 64):
+        ks = [default_layout(d, e).k for e in (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)]
+        assert min(ks) >= K_MIN
+        # Above the cap the model is the same layout with less noise.
+        assert default_layout(d, EPSILON_CAP) == default_layout(d, 5.0) == default_layout(d, 50.0)
+
+
+def test_no_grid_left_without_cells_at_small_epsilon():
+    # Issue 13: at eps 0.1 on 166 features, 83 grids and k = 830 left 11 grids empty.
+    X = np.random.default_rng(5).normal(0.5, 0.1, (3000, 166))
+    m = _fit(X, 0.1, 6)
+    assert len(m.grids_) <= 4
+    assert all(g.keys.size > 0 for g in m.grids_)
+    s = m.score_samples(np.vstack([np.full(166, 0.5), np.full(166, 0.98)]))
+    assert s[0] < s[1]
+
+
+@pytest.mark.parametrize("d, eps", [(1, 0.3), (7, 1.0), (30, 0.2), (64, 5.0)])
+def test_grid_epsilons_add_up_to_the_model_epsilon(d, eps, tmp_path):
+    # Basic composition: the per-grid budgets sum to the fit's epsilon, in the model and
+    # in the file (whose loader checks it).
+    m = _fit(np.random.default_rng(7).uniform(0, 1, (200, d)), eps, 8)
+    assert len(m.grid_epsilons_) == len(m.grids_)
+    assert sum(m.grid_epsilons_) == pytest.approx(eps, rel=1e-12)
+    m.save(tmp_path / "m.json")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert sum(g["epsilon"] for g in doc["private"]["grids"]) == pytest.approx(doc["private"]["privacy"]["epsilon"])
+    assert doc["private"]["privacy"]["delta"] == 0.0
+
+
+def test_model_file_holds_no_raw_count(tmp_path):
+    # Integer-valued data in few cells: raw counts would be integers; every stored value is
+    # a noisy (non-integer) mass, and no other field carries per-cell numbers.
+    X = np.random.default_rng(9).integers(0, 3, (2000, 4)).astype(float) / 2
+    m = _fit(X, 1.0, 10, contamination=0.05)
+    m.save(tmp_path / "m.json")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    values = np.concatenate([g["values"] for g in doc["private"]["grids"]])
+    assert values.size > 0 and not np.any(np.isclose(values, np.round(values), atol=1e-9))
+    assert set(doc["private"]["grids"][0]) == {"features", "bins", "epsilon", "keys", "values"}
+    assert "count" not in json.dumps(doc).lower()
+
+
+# -- thresholds are post-processing ---------------------------------------------------------
+@pytest.fixture
+def saved(tmp_path):
+    X = np.random.default_rng(11).normal(0.5, 0.1, (3000, 3))
+    m = _fit(X, 1.0, 12, contamination=0.05)
+    path = tmp_path / "m.json"
+    m.save(path)
+    return m, path
+
+
+def test_set_file_threshold_rewrites_only_the_scoring_part(saved):
+    m, path = saved
+    before = json.loads(path.read_text())
+    m2 = set_file_threshold(path, threshold=0.123)
+    after = json.loads(path.read_text())
+    assert after["private"] == before["private"] and after["sha256"] == before["sha256"]
+    assert after["scoring"]["threshold"] == 0.123 and m2.threshold_ == 0.123
+    assert GridKNN.load(path).threshold_ == 0.123
+    # Back to a contamination rate: the same threshold as the fit computed (deterministic).
+    assert set_file_threshold(path, contamination=0.05).threshold_ == pytest.approx(m.threshold_)
+    with pytest.raises(ModelFileError, match="contamination"):
+        set_file_threshold(path, contamination=0.7)
+
+
+def test_threshold_edited_by_hand_loads_but_grids_edited_are_refused(saved):
+    _, path = saved
+    doc = json.loads(path.read_text())
+    doc["scoring"]["threshold"] = 2.5
+    path.write_text(json.dumps(doc))
+    assert GridKNN.load(path).threshold_ == 2.5
+    doc["private"]["grids"][0]["values"][0] += 1.0
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match="checksum"):
+        GridKNN.load(path)
+
+
+def test_contamination_flags_about_that_rate_with_overlapping_grids():
+    # 8 features: joint grids overlap and one-feature grids repeat features; the synthetic
+    # sample must still follow the model's mass, or the rate would be far off.
+    rng = np.random.default_rng(13)
+    Z = rng.normal(0, 1, (20000, 3))
+    X = np.clip(0.5 + 0.12 * np.c_[Z, Z[:, :2] + 0.5 * rng.normal(0, 1, (20000, 2)), rng.normal(0, 1, (20000, 3))],
+                0, 1)
+    m = _fit(X, 2.0, 14, contamination=0.05)
+    Z = rng.normal(0, 1, (20000, 3))
+    Y = np.clip(0.5 + 0.12 * np.c_[Z, Z[:, :2] + 0.5 * rng.normal(0, 1, (20000, 2)), rng.normal(0, 1, (20000, 3))],
+                0, 1)
+    assert 0.02 < m.predict(Y).mean() < 0.10
+
+
+def test_version_1_file_still_loads_with_the_same_ranking(tmp_path):
+    # A v1 file (one checksum over everything, threshold in unit-cube distance) from a
+    # model with one 2-D grid: same scores up to the unit, threshold converted.
+    X = np.random.default_rng(15).normal(0.5, 0.1, (2000, 2))
+    m = _fit(X, 1.0, 16, bins=6, marginals=0, threshold=0.4)
+    g = m.grids_[0]
+    content = {"features": [{"name": "x0", "min": 0.0, "max": 1.0}, {"name": "x1", "min": 0.0, "max": 1.0}],
+               "parameters": {"bins": 6, "k": m.k_, "max_depth": 2, "weighted": False, "group_size": 2,
+                              "contamination": None},
+               "privacy": {"epsilon": 1.0, "delta": 0.0, "mechanism": "laplace_grid", "unit": "x"},
+               "threshold": 0.4 / 6,
+               "grids": [{"features": [0, 1], "bins": 6, "keys": g.keys.tolist(), "values": g.values.tolist()}]}
+    doc = {"format": "dp-grid-knn", "version": 1, "sha256": hashlib.sha256(_canonical(content)).hexdigest(),
+           "content": content}
+    (tmp_path / "v1.json").write_text(json.dumps(doc))
+    old = GridKNN.load(tmp_path / "v1.json")
+    Y = np.random.default_rng(17).uniform(0, 1, (300, 2))
+    np.testing.assert_allclose(old.score_samples(Y), m.score_samples(Y))
+    assert old.threshold_ == pytest.approx(0.4)
+    with pytest.raises(ModelFileError, match="refit"):
+        set_file_threshold(tmp_path / "v1.json", threshold=1.0)
