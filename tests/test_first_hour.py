@@ -217,6 +217,8 @@ def test_budget_shows_the_plan_and_explains_pld_delta(workdir):
     config = workdir / "config.yaml"
     data = yaml.safe_load(config.read_text())
     data["budget"].update(epsilon=2.0, delta=1e-5, accountant="pld")
+    data["alarm"] = {"enabled": True}
+    data["report"].pop("every_seconds", None)
     config.write_text(yaml.safe_dump(data))
     res = monitor("budget", cwd=workdir)
     assert res.returncode == 0, res.stderr
