@@ -174,13 +174,64 @@ def by_kind(result: dict, kind: str) -> tuple[float, float]:
     return (float(np.mean([fired[s.start] for s in sel])), float(np.mean([fired[s.start] or fired[s.start + 1] for s in sel])))
 
 
+def replay_check(days: int = 1, people: int = 1000, share: float = 0.05, seed: int = 11) -> str:
+    """The same pipeline through the command itself: write events as JSON lines, run
+    ``monitor replay`` in a subprocess (production noise), and read its alerts back."""
+    import subprocess
+
+    import yaml
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        config = yaml.safe_load((REPO / "config.yaml").read_text())
+        config["model"]["path"] = str(tmp / "model.json")
+        config["budget"].update(ledger=str(tmp / "ledger.sqlite"), reference_ledger=str(tmp / "ref.sqlite"))
+        (tmp / "config.yaml").write_text(yaml.safe_dump(config))
+        subprocess.run([sys.executable, "-m", "monitor", "fit", "-c", str(tmp / "config.yaml"), "--reference",
+                        str(REPO / "monitor/data/reference-vitals.csv")], check=True, capture_output=True)
+        traffic = Traffic(people=people, days=days, seed=seed)
+        surges = plan_surges(days, 6, traffic.windows_per_day, share, rng=seed + 1)
+        t0 = 1_700_000_100.0
+        size = traffic.window_seconds
+        rng = np.random.default_rng(seed)
+        lines = 0
+        with open(tmp / "events.jsonl", "w") as f:
+            for i in range(traffic.n_windows):
+                X, entities, _ = traffic.window(i, surges)
+                ts = t0 + i * size + rng.uniform(0, size - 1e-3, len(X))
+                for x, e, t in zip(X, entities, ts):
+                    f.write(json.dumps({"device_id": e, "ts": round(float(t), 3), **dict(zip(traffic.sim.feature_names, map(float, x)))}) + "\n")
+                    lines += 1
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "monitor", "replay", "-c", str(tmp / "config.yaml"), "--input", str(tmp / "events.jsonl"),
+                        "--start", str(t0), "--end", str(t0 + traffic.n_windows * size), "--output", str(tmp / "alerts.jsonl")],
+                       check=True, capture_output=True)
+        seconds = time.perf_counter() - start
+        records = [json.loads(line) for line in (tmp / "alerts.jsonl").read_text().splitlines()]
+    fired = np.array([r["alarm_detail"]["state"] == "fired" for r in records])
+    warm = config["alarm"]["baseline_warmup_seconds"] / size
+    live = [s for s in surges if s.start >= warm]
+    d0, d1, false = _pages(fired, live, len(fired), config["alarm"]["hold_windows"])
+    return (f"`monitor replay` itself ({days} day, {people:,} people, {len(live)} surges of {share:.0%} after the 3-hour warm-up, "
+            f"{lines:,} events as JSON lines, production noise): {len(records)} alert records in window order, paged in "
+            f"window 1 for {d0:.0%} of the surges and within 1 more for {d1:.0%}, {false} false page(s); "
+            f"{seconds:.0f} s ({lines / seconds:,.0f} events/s), `python bench/bench_alarm.py --replay-check --write`.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="3 days, for a smoke run")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section and the plot")
+    ap.add_argument("--replay-check", action="store_true", help="only run one day through the `monitor replay` command")
     args = ap.parse_args()
+    if args.replay_check:
+        text = "### Through `monitor replay`\n\n" + replay_check()
+        print(text)
+        if args.write:
+            write_section("alarm-replay", text)
+        return
     days = 3 if args.quick else args.days
     config = load_config(REPO / "config.yaml")
     model = fit_model(config)
