@@ -277,7 +277,7 @@ class MonitorConfig(_Strict):
             if r.top_h and r.delta_top_count == 0:
                 raise ValueError(f"report.delta_top_count must be positive with report.mechanism {r.mechanism!r}")
         b = self.budget
-        for what, (eps, delta) in (("one detailed report", self.report.cost(len(self.features))),
+        for what, (eps, delta) in (("one detailed report", self.report_cost()),
                                    ("one alarm run", (self.alarm.run_epsilon, 0.0)),
                                    ("one baseline estimate", (self.alarm.baseline_epsilon, 0.0)),
                                    ("the first baseline estimate", (self.alarm.epsilon_baseline_warmup + self.alarm.epsilon_baseline_events, 0.0))):
@@ -287,6 +287,19 @@ class MonitorConfig(_Strict):
                     f"(epsilon={b.epsilon:g}, delta={b.delta:g}): it could never be paid"
                 )
         return self
+
+    def report_cost(self) -> tuple[float, float]:
+        """(epsilon, delta) of one detailed report with the model this config fits.
+
+        The report's grid part is paid only with more than one model grid; the grids
+        follow from public settings alone (``monitor.model.default_layout``), so this is
+        what the releaser charges for a model fitted with this config.
+        """
+        from monitor.model._defaults import default_layout
+
+        m = self.model
+        layout = default_layout(len(self.features), m.epsilon, bins=m.bins, k=m.k, depth=m.max_depth)
+        return self.report.cost(len(self.features), len(layout.groups))
 
     @property
     def feature_names(self) -> list[str]:

@@ -151,7 +151,7 @@ def window_cost(config_path: Path) -> tuple[float, float]:
     from monitor.config import load_config
 
     cfg = load_config(config_path)
-    return cfg.report.cost(len(cfg.features))
+    return cfg.report_cost()
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

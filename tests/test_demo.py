@@ -26,9 +26,9 @@ def test_demo_config_is_valid_and_matches_the_repository_features(tmp_path):
     repo = load_config(Path(__file__).resolve().parent.parent / REPO_CONFIG)
     assert cfg.features == repo.features
     # The demo runs at the shipped privacy settings, only on a faster schedule.
-    assert cfg.alarm.run_epsilon == repo.alarm.run_epsilon and cfg.report.cost(5, 3) == repo.report.cost(5, 3)
+    assert cfg.alarm.run_epsilon == repo.alarm.run_epsilon and cfg.report_cost() == repo.report_cost()
     # A minute of windows with a page fits the budget: one baseline, two runs, one report.
-    assert cfg.alarm.baseline_epsilon + 2 * cfg.alarm.run_epsilon + cfg.report.cost(5, 3)[0] < cfg.budget.epsilon
+    assert cfg.alarm.epsilon_baseline_warmup + 2 * cfg.alarm.run_epsilon + cfg.report_cost()[0] < cfg.budget.epsilon
 
 
 def _record(start: float, state: str, grid: str | None = None) -> dict:

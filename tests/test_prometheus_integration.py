@@ -202,7 +202,9 @@ def stack(kafka_bootstrap, tmp_path_factory):
     parsed = parse_config(config)
     n_grids = len(GridKNN.load(tmp / "model.json").grids_)
     report_eps = parsed.report.cost(len(parsed.features), n_grids)[0]
-    run_eps, baseline_eps = parsed.alarm.run_epsilon, parsed.alarm.baseline_epsilon
+    # The first baseline estimate (the only one in this run) costs its warm-up share.
+    run_eps = parsed.alarm.run_epsilon
+    baseline_eps = parsed.alarm.epsilon_baseline_warmup + parsed.alarm.epsilon_baseline_events
     config["budget"]["epsilon"] = baseline_eps + 2.5 * run_eps + report_eps
     cfg_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     parsed = parse_config(config)

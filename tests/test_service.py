@@ -127,7 +127,7 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     ends = [r["window_end"] for r in records]
     assert ends[-1] > max(sent.values())
     assert [r["window_start"] for r in records[1:]] == ends[:-1]
-    eps, delta = cfg.report.cost(2)
+    eps, delta = cfg.report_cost()
     for alert, r in zip(alerts, records):
         assert alert.key == json.dumps(r["window_start"]).encode()
         assert dict(alert.headers).get("republished") is None

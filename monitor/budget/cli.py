@@ -67,7 +67,7 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
     from monitor.budget.ledger import WindowLedger
 
     b = config.budget
-    report_cost = config.report.cost(len(config.features))
+    report_cost = config.report_cost()
     report: dict[str, Any] = {
         "ledger": str(b.ledger),
         "exists": b.ledger.exists(),

@@ -10,9 +10,9 @@ run. When a period's budget cannot pay for another run, the alarm says ``suppres
 (and no report is released) until the oldest charge leaves the rolling period.
 
 >>> plan = BudgetPlan(period_seconds=86400, window_seconds=300, accountant="basic", epsilon=12.0, delta=1e-6,
-...                   run_cost=(0.8, 0.0), baseline_cost=(0.17, 0.0), baselines_per_period=1, report_cost=(0.8, 1.1e-9))
+...                   run_cost=(0.8, 0.0), baseline_cost=(0.1, 0.0), baselines_per_period=1, report_cost=(0.8, 1.1e-9))
 >>> round(plan.quiet_epsilon, 2), plan.pages_per_period
-(0.97, 6)
+(0.9, 6)
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def plan_from_config(config) -> BudgetPlan:
         period_seconds=b.period_seconds, window_seconds=config.window.size_seconds, accountant=b.accountant,
         epsilon=b.epsilon, delta=b.delta, run_cost=(a.run_epsilon, 0.0), baseline_cost=(a.baseline_epsilon, 0.0),
         baselines_per_period=math.ceil(b.period_seconds / a.baseline_refresh_seconds - 1e-9),
-        report_cost=r.cost(len(config.features)),
+        report_cost=config.report_cost(),
         scheduled_reports_per_period=math.ceil(b.period_seconds / r.every_seconds - 1e-9) if r.every_seconds else 0,
         report_on_page=r.on_alarm, alarm_enabled=a.enabled,
     )
