@@ -1,8 +1,8 @@
 """The stream's budget: may this window be released, given what the rolling period spent?
 
-Each window costs a fixed, configured (epsilon, delta), and the decision looks only at
-the calendar (window times) and the ledger, never at the data (DESIGN 4): a suppressed
-window therefore reveals nothing but the schedule.
+Every charge (a window's own row, an alarm run, a baseline estimate) has a cost fixed by
+the config, and the decision looks only at the calendar (window times), the ledger and
+the alarm's published answers, never at the data directly (DESIGN 4 and 7).
 
 Guarantee. For every interval (t - period, t], the windows released with their end in
 it compose (basic sums, or PLD) to within (epsilon, delta) per privacy unit.

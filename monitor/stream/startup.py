@@ -230,7 +230,8 @@ def announce_schedule(config, ledger, first_start: float, now: float) -> None:
     else:
         log.info("budget plan: %s", plan.summary())
     size, late = config.window.size_seconds, config.window.allowed_lateness_seconds
-    first_close = first_start + size + late
+    # Published at its scheduled time: close time plus the publication delay.
+    first_close = first_start + size + late + config.window.publish_delay_seconds
     if first_close <= now:
         log.info("first window [%s, %s) closed while the monitor was down: released once the backlog is read",
                  iso(first_start), iso(first_start + size))
