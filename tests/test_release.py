@@ -14,7 +14,7 @@ from monitor.outliers import candidate_subspaces
 from monitor.release import release_window
 
 NAMES = ["hr", "spo2", "temp"]
-MECHANISMS = {"laplace_global", "laplace_smooth", "gaussian_smooth", "student_t_smooth"}
+MECHANISMS = {"laplace_global", "laplace_smooth", "gaussian_smooth", "student_t_smooth_snapped"}
 
 
 @pytest.fixture

@@ -134,6 +134,28 @@ def _check_k(k) -> None:
 def _check_beta(beta) -> None:
     if not (isinstance(beta, (int, float, np.floating)) and beta > 0 and math.isfinite(beta)):
         raise ParameterError(f"beta must be a positive finite number, got {beta!r}")
+    if beta <= 10 * _BETA_MARGIN:
+        raise ParameterError(f"beta must be larger than {10 * _BETA_MARGIN:g}, got {beta!r}")
+
+
+# S is computed in floats: each term exp(-beta t) U_t (U_t an exact integer) is within a
+# relative (beta t + 8) u of its real value (beta t <= 745 before exp underflows to 0, so
+# at most 760 u = 8.5e-14), and the search stops only where the real terms cannot beat
+# the float maximum by more than that. So S_float(W) <= exp(beta') (1 + 1.7e-13) S_float(W')
+# when the real S is beta'-smooth. Computing with beta' = beta - _BETA_MARGIN keeps the
+# float S beta-smooth, with room for the few roundings of S / s in the mechanisms.
+_BETA_MARGIN = 1e-12
+
+
+def smooth_floor(beta: float) -> float:
+    """max_t exp(-beta' t)(t + 1), beta' = beta - margin: a lower bound on S for every window.
+
+    Every U_t >= t + 1, so the smooth bound of any window (even an empty one) is at least
+    this; it depends on beta only, so the mechanisms use it as a public fact.
+    """
+    b = beta - _BETA_MARGIN
+    t_star = max(0.0, 1.0 / b - 1.0)
+    return max(math.exp(-b * t) * (t + 1) for t in (math.floor(t_star), math.ceil(t_star)))
 
 
 def _horizon(n: int, beta: float, floor: float) -> int:
@@ -161,10 +183,8 @@ def _smooth(X, k, r, beta, subspace):
     Y, k, r = _prepare(X, k, r, subspace)
     _check_beta(beta)
     n = Y.shape[0]
-    # Every U_t >= t + 1, so max_t exp(-beta t)(t + 1), reached at t ~ 1/beta - 1, is a
-    # lower bound on S for any window.
-    t_star = max(0.0, 1.0 / beta - 1.0)
-    floor = max(math.exp(-beta * t) * (t + 1) for t in (math.floor(t_star), math.ceil(t_star)))
+    floor = smooth_floor(beta)
+    beta = beta - _BETA_MARGIN  # see _BETA_MARGIN: float rounding stays inside the margin
     horizon = _horizon(n, beta, floor)
     cap = k + horizon + 1
     deg = degrees(Y, r, cap)
