@@ -98,3 +98,73 @@ def test_t_sampler_error_is_within_the_bound_the_proof_uses(monkeypatch):
             assert abs(exact) > 1e300  # overflow only where the exact value is huge
             continue
         assert abs(mpmath.mpf(got) - exact) <= T_RELATIVE_ERROR * abs(exact) + mpmath.mpf(2) ** -1070, z
+
+
+# -- the smooth bound in floats (issue 9 item 2) ----------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from monitor.outliers import choose_mechanism, smooth_sensitivity  # noqa: E402
+from monitor.outliers._geometry import BallPacking, scaled  # noqa: E402
+from monitor.outliers._oracle import largest_ball_subset, local_sensitivity_brute  # noqa: E402
+
+
+def _degenerate_window(kind: str, d: int, n: int, r: float, seed: int) -> np.ndarray:
+    """Raw windows whose scaled pairwise distances sit at (or an ulp from) r and 2r."""
+    rng = np.random.default_rng(seed)
+    rho = r * math.sqrt(d)  # raw length of a scaled distance r
+    c = rng.random(d)
+    if kind == "cocircular":  # on one sphere of scaled radius r around c
+        u = rng.standard_normal((n, d))
+        X = c + rho * u / np.linalg.norm(u, axis=1, keepdims=True)
+    elif kind == "colinear":  # spacing exactly r or 2r along one direction
+        u = rng.standard_normal(d)
+        u /= np.linalg.norm(u)
+        X = c + np.outer(np.cumsum(rng.choice([1.0, 2.0], n)) * rho, u)
+    elif kind == "axis":  # exactly r, 2r along a coordinate axis
+        X = np.tile(c, (n, 1))
+        X[:, 0] += rho * rng.choice([0.0, 1.0, 2.0, 3.0], n)
+    else:  # duplicates and a cocircular ring around them
+        X = np.vstack([np.tile(c, (n // 2, 1)), _degenerate_window("cocircular", d, n - n // 2, r, seed + 1)])
+    if rng.random() < 0.5:  # a few ulps of jitter either way
+        X = X + rng.integers(-3, 4, X.shape) * np.spacing(X)
+    return X
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["cocircular", "colinear", "axis", "duplicates"]), d=st.integers(1, 5),
+       n=st.integers(3, 8), k=st.integers(1, 3), r=st.sampled_from([0.1, 0.05, 0.3, 1 / 3]),
+       beta=st.sampled_from([0.1, 0.5, 1.0]), seed=st.integers(0, 2**32 - 1))
+def test_smooth_bound_is_valid_and_beta_smooth_on_float_degenerate_windows(kind, d, n, k, r, beta, seed):
+    X = _degenerate_window(kind, d, n, r, seed)
+    s = smooth_sensitivity(X, k, r, beta)
+    assert local_sensitivity_brute(X, k, r) <= s
+    P = scaled(X, None)
+    f = BallPacking(P, r).count(np.ones(n, bool))
+    assert f >= largest_ball_subset(P, r)
+    for i in range(n):
+        rest = np.delete(X, i, axis=0)
+        s2 = smooth_sensitivity(rest, k, r, beta)
+        # Exactly, with no tolerance: the float S is beta-smooth by construction.
+        assert s <= math.exp(beta) * s2 and s2 <= math.exp(beta) * s
+        f2 = BallPacking(np.delete(P, i, axis=0), r).count(np.ones(n - 1, bool))
+        assert f2 <= f <= f2 + 1
+
+
+def test_the_reported_cocircular_window_is_smooth():
+    # The issue's case: 7 points almost on one circle (raw distance r sqrt 2), k = 1,
+    # beta = 0.1: the angular sweep gave F 7 -> 5 and S(W) / S(W - x) = 1.22 > e^beta.
+    r, beta = 0.1, 0.1
+    angles = np.linspace(0, 2 * math.pi, 7, endpoint=False)
+    X = 0.5 + r * math.sqrt(2) * np.c_[np.cos(angles), np.sin(angles)]
+    s = smooth_sensitivity(X, 1, r, beta)
+    for i in range(7):
+        assert s <= math.exp(beta) * smooth_sensitivity(np.delete(X, i, axis=0), 1, r, beta)
+
+
+def test_auto_never_uses_a_smooth_bound_in_one_or_two_dimensions():
+    for eps in (0.05, 0.8, 3.0, 10.0):
+        for delta in (0.0, 1e-9, 1e-2):
+            for k in (1, 3, 5, 20):
+                assert choose_mechanism(eps, delta, k, 1) == "global"
+                assert choose_mechanism(eps, delta, k, 2) == "global"
