@@ -81,22 +81,28 @@ def degrees(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
         hi = _run_end(v, x, r2, np.searchsorted(v, x + r, side="right"), upward=True)
         return np.minimum(hi - lo - 1, cap)
     out = np.full(n, cap, dtype=np.int64)
-    if d <= _GRID_MAX_DIM:
-        todo = np.flatnonzero(_block_counts(Y, r) <= cap)
-    else:
-        todo = np.arange(n)
-    if todo.size == 0:
+    todo = _not_dense(Y, r, cap)
+    if todo is None or todo.size == 0:
         return out
-    tree = cKDTree(Y)
-    if d > _GRID_MAX_DIM and n > _PIVOTS:
+    out[todo] = _neighbour_counts(cKDTree(Y), Y, todo, r, r2, cap)
+    return out
+
+
+def _not_dense(Y: np.ndarray, r: float, cap: int) -> np.ndarray | None:
+    """Rows whose degree the shortcuts could not show to be >= cap (None: no rows)."""
+    n, d = Y.shape
+    if d <= _GRID_MAX_DIM:
+        return np.flatnonzero(_block_counts(Y, r) <= cap)
+    todo = np.arange(n)
+    if n > _PIVOTS:
         safe = r / 2 * (1 - 1e-6)
         pivots = Y[:: n // _PIVOTS]
+        tree = cKDTree(Y)
         dense = pivots[tree.query_ball_point(pivots, safe, return_length=True) > cap]
         if len(dense):
             near, _ = cKDTree(dense).query(Y, distance_upper_bound=safe)
             todo = np.flatnonzero(near > safe)
-    out[todo] = _neighbour_counts(tree, Y, todo, r, r2, cap)
-    return out
+    return todo
 
 
 def _neighbour_counts(tree: cKDTree, Y: np.ndarray, rows: np.ndarray, r: float, r2: float, cap: int) -> np.ndarray:
@@ -197,25 +203,22 @@ _GRID_MAX_DIM = 3
 _PIVOTS = 2000
 
 
-def edge_pairs(P: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
-    """All pairs (a < b) of rows of P joined by the edge predicate."""
+def edge_pairs(P: np.ndarray, r: float, known: "EdgeHint | None" = None) -> tuple[np.ndarray, np.ndarray]:
+    """All pairs (a < b) of rows of P joined by the edge predicate.
+
+    ``known`` (from :func:`degrees_and_edges` on a superset) gives the whole candidate
+    lists of some rows; only the other rows are searched.
+    """
     n = P.shape[0]
     if n < 2:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    t2 = EDGE_FACTOR * (4 * r * r)
     reach = 2 * r * _CANDIDATE
-    tree = cKDTree(P)
-    # Sparse graphs (diffuse windows) are found with a few nearest neighbours per row;
-    # rows with every slot filled get their full candidate list.
-    slots = min(n, _EDGE_SLOTS)
-    dist, idx = tree.query(P, k=slots, distance_upper_bound=reach)
-    dist, idx = dist.reshape(n, slots), idx.reshape(n, slots)
-    found = np.isfinite(dist)
-    complete = ~found[:, -1] | (slots == n)  # fewer candidates than slots: the list is whole
-    sel = found & complete[:, None]
-    rows = np.broadcast_to(np.arange(n)[:, None], (n, slots))[sel]
-    cols = idx[sel]
-    full = np.flatnonzero(~complete)
+    if known is None:
+        tree = cKDTree(P, leafsize=_LEAF)
+        rows, cols, full = _candidates(tree, P, np.arange(n), reach)
+    else:
+        rows, cols, full = known.rows, known.cols, np.flatnonzero(~known.complete)
+        tree = cKDTree(P, leafsize=_LEAF) if full.size else None
     if full.size:
         lists = tree.query_ball_point(P[full], reach)
         lengths = np.fromiter((len(x) for x in lists), np.int64, full.size)
@@ -225,15 +228,70 @@ def edge_pairs(P: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
     keep = rows < cols
     rows, cols = rows[keep], cols[keep]
     if rows.size:
-        ok = sq_dist(P[rows], P[cols]) <= t2
+        ok = sq_dist(P[rows], P[cols]) <= EDGE_FACTOR * (4 * r * r)
         rows, cols = rows[ok], cols[ok]
     key = np.unique(rows * n + cols)
     return key // n, key % n
 
 
+def _candidates(tree: cKDTree, Y: np.ndarray, rows: np.ndarray, reach: float):
+    """(row, col) candidates within ``reach`` of each of ``rows``, found with a few nearest
+    neighbours (sparse neighbourhoods are the common case), and the rows whose slots all
+    filled, so that their lists may be incomplete."""
+    slots = min(tree.n, _EDGE_SLOTS)
+    dist, idx = tree.query(Y[rows], k=slots, distance_upper_bound=reach)
+    dist, idx = dist.reshape(rows.size, slots), idx.reshape(rows.size, slots)
+    found = np.isfinite(dist)
+    complete = ~found[:, -1] | (slots == tree.n)
+    sel = found & complete[:, None]
+    return np.broadcast_to(rows[:, None], sel.shape)[sel], idx[sel], rows[~complete]
+
+
+class EdgeHint:
+    """Whole candidate lists (within 2r, then the edge predicate) of the rows of a window
+    whose neighbourhood was small, restricted to a subset with :meth:`subset`."""
+
+    def __init__(self, n: int, complete: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
+        self.n, self.complete, self.rows, self.cols = n, complete, rows, cols
+
+    def subset(self, take: np.ndarray) -> "EdgeHint":
+        local = np.full(self.n, -1, dtype=np.int64)
+        local[take] = np.arange(take.size)
+        a, b = local[self.rows], local[self.cols]
+        keep = (a >= 0) & (b >= 0)
+        return EdgeHint(take.size, self.complete[take], a[keep], b[keep])
+
+
+def degrees_and_edges(Y: np.ndarray, r: float, cap: int) -> tuple[np.ndarray, EdgeHint]:
+    """:func:`degrees` and, from the same search, the edge candidates of the sparse rows.
+
+    One query within 2r gives both the degree (the count's predicate on the list) and the
+    packing graph's candidates of every row with a small 2r-neighbourhood; the others get
+    their degree from the usual search. Same values as :func:`degrees` and
+    :func:`edge_pairs`, computed once.
+    """
+    n = Y.shape[0]
+    r2 = r * r
+    out = np.full(n, cap, dtype=np.int64)
+    complete = np.zeros(n, dtype=bool)
+    empty = np.zeros(0, np.int64)
+    todo = _not_dense(Y, r, cap)
+    if todo is None or todo.size == 0:
+        return out, EdgeHint(n, complete, empty, empty)
+    tree = cKDTree(Y, leafsize=_LEAF)
+    rows, cols, full = _candidates(tree, Y, todo, 2 * r * _CANDIDATE)
+    d2 = sq_dist(Y[rows], Y[cols])
+    near = d2 <= r2
+    whole = np.setdiff1d(todo, full, assume_unique=True)
+    complete[whole] = True
+    out[whole] = np.minimum(np.bincount(rows[near], minlength=n)[whole] - 1, cap)
+    out[full] = _neighbour_counts(tree, Y, full, r, r2, cap)
+    edge = d2 <= EDGE_FACTOR * (4 * r * r)
+    return out, EdgeHint(n, complete, rows[edge], cols[edge])
+
+
+_LEAF = 32
 _EDGE_SLOTS = 8
-
-
 class BallPacking:
     """F evaluated on many subsets of one point set (the nested bands of the smooth bound).
 
@@ -241,14 +299,14 @@ class BallPacking:
     subset costs one masked pass instead of a new search.
     """
 
-    def __init__(self, P: np.ndarray, r: float) -> None:
+    def __init__(self, P: np.ndarray, r: float, known: EdgeHint | None = None) -> None:
         self.n, self.d = P.shape
         self.r = r
         if self.d == 1:
             self.order = np.argsort(P[:, 0], kind="stable")
             self.values = P[self.order, 0]
             return
-        self.a, self.b = edge_pairs(P, r)
+        self.a, self.b = edge_pairs(P, r, known)
 
     def count(self, mask: np.ndarray) -> int:
         """F of the rows selected by the boolean ``mask``."""

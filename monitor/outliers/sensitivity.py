@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from monitor.errors import MonitorError
-from monitor.outliers._geometry import BallPacking, degrees, scaled
+from monitor.outliers._geometry import BallPacking, degrees, degrees_and_edges, scaled
 
 __all__ = [
     "ParameterError",
@@ -187,7 +187,8 @@ def _smooth(X, k, r, beta, subspace):
     beta = beta - _BETA_MARGIN  # see _BETA_MARGIN: float rounding stays inside the margin
     horizon = _horizon(n, beta, floor)
     cap = k + horizon + 1
-    deg = degrees(Y, r, cap)
+    # Beyond 1-D one search within 2r gives the degrees and most of the packing graph.
+    deg, hint = degrees_and_edges(Y, r, cap) if Y.shape[1] > 1 else (degrees(Y, r, cap), None)
     q = int(np.count_nonzero(deg < k))
     # Entry time of each row into the bands: in P_hi(t) iff t >= |deg - k|, in P_lo(t)
     # iff t >= |deg - k + 1|. Rows at the cap never enter before the horizon.
@@ -208,7 +209,8 @@ def _smooth(X, k, r, beta, subspace):
                 # only when a larger t must be evaluated.
                 reach = min(horizon, max(t, 2 * packing[1], math.ceil(3.0 / beta)))
                 rows = np.flatnonzero(tau <= reach)
-                packing[:] = [(BallPacking(Y[rows], r), tau_hi[rows], tau_lo[rows]), reach]
+                known = None if hint is None else hint.subset(rows)
+                packing[:] = [(BallPacking(Y[rows], r, known), tau_hi[rows], tau_lo[rows]), reach]
             pk, th, tl = packing[0]
             cache[t] = max(pk.count(th <= t), pk.count(tl <= t))
         return cache[t]
