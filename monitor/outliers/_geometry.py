@@ -94,9 +94,9 @@ def _not_dense(Y: np.ndarray, r: float, cap: int) -> np.ndarray | None:
     if d <= _GRID_MAX_DIM:
         return np.flatnonzero(_block_counts(Y, r) <= cap)
     todo = np.arange(n)
-    if n > _PIVOTS:
+    if n > _PIVOTS or (cap > 16 and n > cap):  # worth it for large caps (the smooth bound)
         safe = r / 2 * (1 - 1e-6)
-        pivots = Y[:: n // _PIVOTS]
+        pivots = Y[:: max(1, n // _PIVOTS)]
         tree = cKDTree(Y)
         dense = pivots[tree.query_ball_point(pivots, safe, return_length=True) > cap]
         if len(dense):
@@ -110,15 +110,20 @@ def _neighbour_counts(tree: cKDTree, Y: np.ndarray, rows: np.ndarray, r: float, 
     if rows.size == 0:
         return np.zeros(0, dtype=np.int64)
     slots = min(cap, _KNN_MAX_CAP) + 1
-    dist, idx = tree.query(Y[rows], k=slots, distance_upper_bound=r * _CANDIDATE)
-    dist, idx = dist.reshape(rows.size, slots), idx.reshape(rows.size, slots)
-    found = np.isfinite(dist)
-    ok = found.copy()
-    ok[found] = sq_dist(Y[np.repeat(rows, slots)[found.ravel()]], Y[idx[found]]) <= r2
-    counts = np.count_nonzero(ok, axis=1) - 1
+    counts = np.empty(rows.size, dtype=np.int64)
+    full = np.zeros(rows.size, dtype=bool)
+    for start in range(0, rows.size, _CHUNK):  # bounded memory: _CHUNK x slots candidates
+        part = rows[start:start + _CHUNK]
+        dist, idx = tree.query(Y[part], k=slots, distance_upper_bound=r * _CANDIDATE)
+        dist, idx = dist.reshape(part.size, slots), idx.reshape(part.size, slots)
+        found = np.isfinite(dist)
+        ok = found.copy()
+        ok[found] = sq_dist(Y[np.repeat(part, slots)[found.ravel()]], Y[idx[found]]) <= r2
+        counts[start:start + part.size] = np.count_nonzero(ok, axis=1) - 1
+        full[start:start + part.size] = found[:, -1] & ~ok.all(axis=1) | found[:, -1] & (slots <= cap)
     # A full row of candidates says nothing about the rows beyond the slots, unless all
     # passed and the cap is reached: count those rows in full.
-    redo = np.flatnonzero(found[:, -1] & ~(ok.all(axis=1) & (counts >= cap)))
+    redo = np.flatnonzero(full)
     if redo.size:
         counts[redo] = _ball_counts(tree, Y, rows[redo], r, r2)
     return np.minimum(counts, cap)
@@ -167,7 +172,8 @@ def _run_end(v: np.ndarray, x: np.ndarray, r2: float, guess: np.ndarray, upward:
         pos = new
 
 
-_KNN_MAX_CAP = 16
+_KNN_MAX_CAP = 64
+_CHUNK = 50_000
 
 
 def _block_counts(Y: np.ndarray, r: float) -> np.ndarray:
