@@ -133,6 +133,19 @@ def student_t_float_loss(epsilon: float) -> tuple[float, float]:
     g is the power of two nearest the minimiser 2 sqrt(e / L). The mechanism spends
     epsilon - eps_float on the continuous guarantee, so the release states epsilon.
 
+    Proof (full version: docs/privacy-count.md, Lemma 2). The computed noise N_hat is
+    within gamma |N| + tau of the exact N = sigma T of the sampled Gaussians (gamma =
+    T_RELATIVE_ERROR). The output y = clip(min(q, 2^26) + g rint(N_hat / g)) is exact after
+    N_hat, so y = c iff N_hat lies in a cell A_c of width g (or a half-line at the ends),
+    whose ends are at most M = 2^27 + 1 from 0; hence {N in A_c shrunk by e} is inside
+    {y = c}, which is inside {N in A_c grown by e}, e = (gamma M + tau)/(1 - gamma). By
+    Bun & Steinke the continuous q + sigma T is eps_t-DP on every set, so
+    P_W[y = c] <= e^eps_t P_W'[q' + sigma' T in c +- (g/2 + e)]; the log-density of
+    q' + sigma' T moves by at most L per unit (L = (nu + 1)/(2 sqrt(nu) sigma'), sigma' >=
+    min(floor, 3)/s), so that probability is at most (g + 2e)/(g - 2e) e^{L (g + 2e)} times
+    the probability of the shrunk cell, which is at most P_W'[y = c]. Total:
+    eps_t + eps_float = epsilon.
+
     >>> eps_float, g = student_t_float_loss(0.8)
     >>> eps_float < 1e-3, g
     (True, 0.00390625)
@@ -253,10 +266,11 @@ def private_count(
         return CountRelease(_snap(value, _POST_GRID), float(epsilon), 0.0, "laplace_global", sub)
     beta, div = _smooth_params(mechanism, epsilon, delta)
     q, s = _smooth(X, k, r, beta, sub)
-    scale = min(s, global_sensitivity_bound(k, dim)) / div
-    if mechanism == "student_t":
-        # Round the scale up: s * scale >= min(S, GS) >= the local sensitivity, exactly.
-        scale = float(np.nextafter(np.nextafter(scale, math.inf), math.inf))
+    # Rounded up: scale * div >= min(S, GS) >= the local sensitivity exactly, and the ratio
+    # of two windows' scales stays within exp(beta) (the bound's margin, see sensitivity).
+    scale = float(np.nextafter(np.nextafter(min(s, global_sensitivity_bound(k, dim)) / div, math.inf), math.inf))
+    if not scale < 2.0**100:  # the t sampler's absolute error bound assumes this
+        raise ParameterError(f"k={k} and dimension {dim} give a noise scale beyond 2^100; use fewer dimensions or a smaller k")
     value = _snap(_draw(mechanism, scale, source, center=float(q), epsilon=epsilon), _POST_GRID)
     spent = 0.0 if mechanism == "student_t" else float(delta)
     return CountRelease(value, float(epsilon), spent, _RELEASE_NAME[mechanism], sub)
