@@ -82,14 +82,14 @@ def degrees(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
         return np.minimum(hi - lo - 1, cap)
     out = np.full(n, cap, dtype=np.int64)
     todo = _not_dense(Y, r, cap)
-    if todo is None or todo.size == 0:
+    if todo.size == 0:
         return out
     out[todo] = _neighbour_counts(cKDTree(Y), Y, todo, r, r2, cap)
     return out
 
 
-def _not_dense(Y: np.ndarray, r: float, cap: int) -> np.ndarray | None:
-    """Rows whose degree the shortcuts could not show to be >= cap (None: no rows)."""
+def _not_dense(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
+    """Rows whose degree the shortcuts could not show to be >= cap."""
     n, d = Y.shape
     if d <= _GRID_MAX_DIM:
         return np.flatnonzero(_block_counts(Y, r) <= cap)
@@ -281,8 +281,8 @@ def degrees_and_edges(Y: np.ndarray, r: float, cap: int) -> tuple[np.ndarray, Ed
     out = np.full(n, cap, dtype=np.int64)
     complete = np.zeros(n, dtype=bool)
     empty = np.zeros(0, np.int64)
-    todo = _not_dense(Y, r, cap)
-    if todo is None or todo.size == 0:
+    todo = _not_dense(Y, r, cap) if n else empty
+    if todo.size == 0:
         return out, EdgeHint(n, complete, empty, empty)
     tree = cKDTree(Y, leafsize=_LEAF)
     rows, cols, full = _candidates(tree, Y, todo, 2 * r * _CANDIDATE)
