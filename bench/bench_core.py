@@ -257,8 +257,8 @@ def diffuse(n, d, rng):
     return rng.standard_normal((n, d))
 
 
-def release_cost_section(rng, quick):
-    sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000, 1_000_000]
+def release_cost_section(rng, quick, max_events=1_000_000):
+    sizes = [n for n in ([1_000, 10_000] if quick else [1_000, 10_000, 100_000, 1_000_000]) if n <= max_events]
     lines = ["| data | d | events | plain counts cpu [s] | full release cpu [s] | release / plain (cpu) | "
              "release wall [s] |", "|---|---|---|---|---|---|---|"]
     worst = 0.0
@@ -315,10 +315,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller run for development; does not write")
     parser.add_argument("--cost", action="store_true", help="only the issue 9/11 tables (section core_cost)")
+    parser.add_argument("--max-events", type=int, default=1_000_000, help="largest window of the release-cost table")
     args = parser.parse_args()
     quick = args.quick
     if args.cost:
-        return cost_main(quick)
+        return cost_main(quick, args.max_events)
     reps = 2000 if quick else 20000
     rng = np.random.default_rng(2026)
     load = os.getloadavg()[0]
@@ -411,14 +412,15 @@ def main() -> None:
         write_section("core", "## Private outlier core (issue 2)\n\n" + text)
 
 
-def cost_main(quick: bool) -> None:
+def cost_main(quick: bool, max_events: int = 1_000_000) -> None:
     """The tables of issues 9 and 11, in their own section (a few minutes without --quick)."""
     rng = np.random.default_rng(2027)
     started = time.perf_counter()
     load = os.getloadavg()[0]
-    parts = [snapping_section(rng, quick), release_cost_section(rng, quick)]
+    parts = [snapping_section(rng, quick), release_cost_section(rng, quick, max_events)]
     minutes = (time.perf_counter() - started) / 60
-    text = (f"Reproduce: `{COMMAND} --cost` (about {minutes:.0f} min). Machine: {os.cpu_count()} cores shared with "
+    flag = "" if max_events >= 1_000_000 else f" --max-events {max_events}"
+    text = (f"Reproduce: `{COMMAND} --cost{flag}` (about {minutes:.0f} min). Machine: {os.cpu_count()} cores shared with "
             f"other jobs (1-min load average {load:.1f} at start), one thread.\n\n" + "\n\n".join(parts))
     print(text)
     if not quick:
