@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from monitor.outliers import count_outliers, kissing_number_bound, smooth_sensitivity
-from monitor.outliers._geometry import BallPacking, degrees, scaled
+from monitor.outliers._geometry import BallPacking, degrees, scaled, sq_dist
 from monitor.outliers._oracle import (
     count_brute,
     largest_ball_subset,
@@ -55,9 +55,11 @@ def test_capped_degrees_are_exact_below_the_cap(d, cap):
 
 
 def _degrees_tree(Y, r):
+    # The count's predicate on every candidate a generous tree query proposes.
     from scipy.spatial import cKDTree
 
-    return cKDTree(Y).query_ball_point(Y, r, return_length=True) - 1
+    lists = cKDTree(Y).query_ball_point(Y, r * 1.01)
+    return np.array([np.count_nonzero(sq_dist(Y[c], Y[i][None, :]) <= r * r) - 1 for i, c in enumerate(lists)])
 
 
 def test_ball_packing_matches_miniball_in_1d_2d_and_bounds_it_beyond():
@@ -68,7 +70,7 @@ def test_ball_packing_matches_miniball_in_1d_2d_and_bounds_it_beyond():
         r = float(rng.uniform(0.1, 0.4))
         exact = largest_ball_subset(P, r)
         got = BallPacking(P, r).count(np.ones(len(P), bool))
-        if d <= 2:
+        if d == 1:
             assert got == exact
         else:
             assert got >= exact
@@ -79,12 +81,19 @@ def test_bound_dominates_local_sensitivity_found_by_exhaustive_search():
         assert smooth_sensitivity(X, k, r, beta) >= local_sensitivity_brute(X, k, r)
 
 
-def test_bound_equals_paper_algorithm_in_1d_and_2d():
-    checked = 0
+def test_bound_equals_paper_algorithm_in_1d_and_bounds_it_in_2d():
+    # 1-D: the exact clique number. 2-D: degeneracy + 1 (the exact angular sweep was not
+    # 1-Lipschitz in floats, issue 9), an upper bound that is rarely loose on small windows.
+    checked, ratios = 0, []
     for X, k, r, beta in _small_windows(2, 50, dims=(1, 2)):
-        assert smooth_sensitivity(X, k, r, beta) == pytest.approx(smooth_oracle(X, k, r, beta), abs=1e-12)
+        ours, paper = smooth_sensitivity(X, k, r, beta), smooth_oracle(X, k, r, beta)
+        if X.shape[1] == 1:
+            assert ours == pytest.approx(paper, rel=1e-9)
+        else:
+            assert ours >= paper * (1 - 1e-9)
+            ratios.append(ours / paper)
         checked += 1
-    assert checked == 50
+    assert checked == 50 and np.median(ratios) < 1.1
 
 
 def test_bound_is_at_least_paper_algorithm_in_3_to_5_dims():

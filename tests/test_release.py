@@ -19,7 +19,7 @@ from monitor.release import WindowReleaser, release_report
 from monitor.stream.windows import ClosedWindow
 
 NAMES = ["hr", "spo2", "temp"]
-MECHANISMS = {"laplace_global", "laplace_smooth", "gaussian_smooth", "student_t_smooth"}
+MECHANISMS = {"laplace_global", "laplace_smooth", "gaussian_smooth", "student_t_smooth_snapped"}
 
 
 @pytest.fixture

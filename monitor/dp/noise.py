@@ -24,7 +24,15 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["NoiseSource", "noise_source", "RandomLike"]
+__all__ = ["NoiseSource", "noise_source", "RandomLike", "T_RELATIVE_ERROR"]
+
+# Relative error bound of the production t sampler w.r.t. the exact ratio of the sampled
+# Gaussians (each Gaussian modelled as exact, then rounded to the nearest float by OpenDP):
+# 3 roundings to form Z_i / m, 1 square, dof - 1 additions, half of those under the sqrt
+# plus 1, 1 product with fl(sqrt dof) (itself 1 rounding), 1 division. For dof <= 8 this is
+# at most 16 unit roundoffs; we state 24 u to leave room for the caller's multiplication
+# by the scale (1 more) and for libm's sqrt. See docs/privacy-count.md.
+T_RELATIVE_ERROR = 24 * 2.0**-53
 
 RandomLike = "None | int | np.random.Generator | NoiseSource"
 
@@ -125,9 +133,14 @@ class NoiseSource:
         """scale * T_dof draws, T_dof Student's t with an integer number of degrees of freedom.
 
         No DP library ships a t sampler; we build it from the library's Gaussians as
-        Z * sqrt(dof) / sqrt(Z_1^2 + ... + Z_dof^2), which is exactly t-distributed. The
-        ratio and the caller's addition are ordinary float arithmetic: this sampler does
-        not have OpenDP's exact-rounding protection (a known limit, see the README).
+        T = Z_0 sqrt(dof) / sqrt(Z_1^2 + ... + Z_dof^2), which is exactly t-distributed.
+        The ratio is ordinary float arithmetic, so a release must not add this draw to a
+        true value and publish the float: ``monitor.outliers.mechanisms`` snaps it to a grid
+        and charges the rounding (docs/privacy-count.md). The production path computes in
+        the order that proof analyses: every Z is divided by m = max |Z_1..Z_dof| first
+        (so nothing underflows or overflows in the squares), which keeps the result within
+        a relative error of :data:`T_RELATIVE_ERROR` of the exact ratio of the sampled
+        Gaussians (plus an absolute 2^-1070 when Z_0 / m underflows).
         """
         _check_scale(scale)
         if int(dof) != dof or dof < 1:
@@ -137,8 +150,7 @@ class NoiseSource:
         if self._seeded:
             out = scale * self.generator.standard_t(dof, n)
         else:
-            z = self.gaussian(1.0, n * (dof + 1)).reshape(n, dof + 1)
-            out = scale * z[:, 0] * math.sqrt(dof) / np.sqrt(np.sum(z[:, 1:] ** 2, axis=1))
+            out = scale * self._opendp_t(dof, n)
         return float(out[0]) if size is None else out
 
     def discrete_laplace(self, scale: float, size: int | None = None, *, center: "int | Sequence[int]" = 0) -> int | np.ndarray:
@@ -163,6 +175,21 @@ class NoiseSource:
         else:
             out = np.asarray(_opendp_discrete_laplace(float(scale))([int(v) for v in values]), dtype=np.int64)
         return int(out[0]) if size is None and not c.ndim else out
+
+    def _opendp_t(self, dof: int, n: int) -> np.ndarray:
+        z = self.gaussian(1.0, n * (dof + 1)).reshape(n, dof + 1)
+        m = np.max(np.abs(z[:, 1:]), axis=1)
+        while not np.all(m > 0):
+            # All denominator draws exactly 0: probability ~0 and data-independent, redraw.
+            bad = np.flatnonzero(~(m > 0))
+            z[bad] = self.gaussian(1.0, bad.size * (dof + 1)).reshape(bad.size, dof + 1)
+            m = np.max(np.abs(z[:, 1:]), axis=1)
+        with np.errstate(over="ignore", under="ignore"):
+            # Over- or underflow only in Z_0 / m (|Z_i / m| <= 1 otherwise): an infinite
+            # draw keeps its sign, and the snapping clamps it to the end of the range.
+            w = z / m[:, None]  # the largest denominator term becomes exactly +-1
+            norm = np.sqrt(np.sum(w[:, 1:] ** 2, axis=1))  # in [1, sqrt(dof)]
+            return (w[:, 0] * math.sqrt(dof)) / norm
 
     # -- selection ----------------------------------------------------------------------
     def top_k(self, scores: Sequence[float], k: int, scale: float) -> list[int]:

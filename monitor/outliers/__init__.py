@@ -7,7 +7,7 @@ private release, and the exponential mechanism for the top-h subspaces.
 >>> from monitor.outliers import private_count, private_top_subspaces
 >>> X = np.random.default_rng(0).random((500, 4))
 >>> private_count(X, k=3, r=0.05, epsilon=1.0, delta=1e-6, rng=1).mechanism
-'student_t_smooth'
+'student_t_smooth_snapped'
 >>> len(private_top_subspaces(X, k=3, r=0.05, h=2, epsilon=0.5, subspaces=1, rng=1))
 2
 """

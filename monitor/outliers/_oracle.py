@@ -11,28 +11,40 @@ import math
 
 import numpy as np
 
-from monitor.outliers._geometry import scaled
+from monitor.outliers._geometry import scaled, sq_dist
 
 __all__ = ["true_degrees", "count_brute", "largest_ball_subset", "smooth_oracle", "local_sensitivity_brute"]
 
-_TOL = 1e-9
+# Below the edge predicate's 1e-9 slack: a set the oracle accepts is a clique of our edge graph.
+_TOL = 1e-10
 
 
 def _seb(points: np.ndarray) -> tuple[np.ndarray, float]:
     import miniball
 
-    # miniball's circumsphere solve is singular on repeated points; they change nothing.
-    points = np.unique(np.asarray(points, dtype=float), axis=0)
+    # miniball's circumsphere solve is singular on repeated or affinely dependent points.
+    # Points within 1e-13 of one another are merged (the radius moves by less than that,
+    # far below _TOL), and dependent sets are solved in their affine hull.
+    points = np.asarray(points, dtype=float)
+    scale = max(1.0, float(np.abs(points).max()))
+    kept: list[np.ndarray] = []
+    for p in points:
+        if all(np.linalg.norm(p - q) > 1e-13 * scale for q in kept):
+            kept.append(p)
+    points = np.array(kept)
     if len(points) == 1:
         return points[0].copy(), 0.0
-    centre, r2 = miniball.get_bounding_ball(points)
-    return np.asarray(centre, dtype=float), float(r2)
+    base = points.mean(0)
+    _, sv, vt = np.linalg.svd(points - base, full_matrices=False)
+    basis = vt[sv > 1e-9 * sv[0]]
+    sub, r2 = miniball.get_bounding_ball((points - base) @ basis.T)
+    return base + np.asarray(sub) @ basis, float(r2)
 
 
 def true_degrees(Y: np.ndarray, r: float) -> np.ndarray:
-    """deg of every row from the full distance matrix (closed ball, self excluded)."""
-    dist = np.sqrt(((Y[:, None, :] - Y[None, :, :]) ** 2).sum(-1))
-    return (dist <= r).sum(1) - 1
+    """deg of every row from the full distance matrix (the count's predicate
+    sq_dist <= r*r, self excluded)."""
+    return (sq_dist(Y[:, None, :], Y[None, :, :]) <= r * r).sum(1) - 1
 
 
 def count_brute(Y: np.ndarray, k: int, r: float) -> int:

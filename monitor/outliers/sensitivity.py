@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from monitor.errors import MonitorError
-from monitor.outliers._geometry import BallPacking, degrees, scaled
+from monitor.outliers._geometry import BallPacking, degrees, degrees_and_edges, scaled
 
 __all__ = [
     "ParameterError",
@@ -134,6 +134,28 @@ def _check_k(k) -> None:
 def _check_beta(beta) -> None:
     if not (isinstance(beta, (int, float, np.floating)) and beta > 0 and math.isfinite(beta)):
         raise ParameterError(f"beta must be a positive finite number, got {beta!r}")
+    if beta <= 10 * _BETA_MARGIN:
+        raise ParameterError(f"beta must be larger than {10 * _BETA_MARGIN:g}, got {beta!r}")
+
+
+# S is computed in floats: each term exp(-beta t) U_t (U_t an exact integer) is within a
+# relative (beta t + 8) u of its real value (beta t <= 745 before exp underflows to 0, so
+# at most 760 u = 8.5e-14), and the search stops only where the real terms cannot beat
+# the float maximum by more than that. So S_float(W) <= exp(beta') (1 + 1.7e-13) S_float(W')
+# when the real S is beta'-smooth. Computing with beta' = beta - _BETA_MARGIN keeps the
+# float S beta-smooth, with room for the few roundings of S / s in the mechanisms.
+_BETA_MARGIN = 1e-12
+
+
+def smooth_floor(beta: float) -> float:
+    """max_t exp(-beta' t)(t + 1), beta' = beta - margin: a lower bound on S for every window.
+
+    Every U_t >= t + 1, so the smooth bound of any window (even an empty one) is at least
+    this; it depends on beta only, so the mechanisms use it as a public fact.
+    """
+    b = beta - _BETA_MARGIN
+    t_star = max(0.0, 1.0 / b - 1.0)
+    return max(math.exp(-b * t) * (t + 1) for t in (math.floor(t_star), math.ceil(t_star)))
 
 
 def _horizon(n: int, beta: float, floor: float) -> int:
@@ -161,13 +183,12 @@ def _smooth(X, k, r, beta, subspace):
     Y, k, r = _prepare(X, k, r, subspace)
     _check_beta(beta)
     n = Y.shape[0]
-    # Every U_t >= t + 1, so max_t exp(-beta t)(t + 1), reached at t ~ 1/beta - 1, is a
-    # lower bound on S for any window.
-    t_star = max(0.0, 1.0 / beta - 1.0)
-    floor = max(math.exp(-beta * t) * (t + 1) for t in (math.floor(t_star), math.ceil(t_star)))
+    floor = smooth_floor(beta)
+    beta = beta - _BETA_MARGIN  # see _BETA_MARGIN: float rounding stays inside the margin
     horizon = _horizon(n, beta, floor)
     cap = k + horizon + 1
-    deg = degrees(Y, r, cap)
+    # Beyond 1-D one search within 2r gives the degrees and most of the packing graph.
+    deg, hint = degrees_and_edges(Y, r, cap) if Y.shape[1] > 1 else (degrees(Y, r, cap), None)
     q = int(np.count_nonzero(deg < k))
     # Entry time of each row into the bands: in P_hi(t) iff t >= |deg - k|, in P_lo(t)
     # iff t >= |deg - k + 1|. Rows at the cap never enter before the horizon.
@@ -188,7 +209,8 @@ def _smooth(X, k, r, beta, subspace):
                 # only when a larger t must be evaluated.
                 reach = min(horizon, max(t, 2 * packing[1], math.ceil(3.0 / beta)))
                 rows = np.flatnonzero(tau <= reach)
-                packing[:] = [(BallPacking(Y[rows], r), tau_hi[rows], tau_lo[rows]), reach]
+                known = None if hint is None else hint.subset(rows)
+                packing[:] = [(BallPacking(Y[rows], r, known), tau_hi[rows], tau_lo[rows]), reach]
             pk, th, tl = packing[0]
             cache[t] = max(pk.count(th <= t), pk.count(tl <= t))
         return cache[t]
