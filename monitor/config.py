@@ -89,6 +89,21 @@ class StreamSettings(_Strict):
     max_message_bytes: int = Field(65536, gt=0, description="Larger messages go to the dead-letter topic.")
     kafka: dict[str, Any] = Field(default_factory=dict, description="Extra kafka-python settings passed through (SASL, TLS, ...).")
     embedded_broker_port: int = Field(0, ge=0, le=65535, description="Port of the embedded broker; 0 picks a free one.")
+    stage: Literal["both", "1", "2"] = Field(
+        "both",
+        description="What this process runs (docs/scaling.md): both stages, or stage 1 only (validate, score, window; "
+        "many processes) or stage 2 only (merge, release; one process). `monitor run --stage` overrides it.",
+    )
+    internal_topic: str | None = Field(
+        None, min_length=1,
+        description="Topic from stage 1 to stage 2: per window and input partition, the kept events' raw features "
+        "(inside the trust boundary, like the input); null = `<group_id>.shards`.",
+    )
+
+    @property
+    def shard_topic(self) -> str:
+        """The internal topic: ``internal_topic``, or one per consumer group."""
+        return self.internal_topic or f"{self.group_id}.shards"
 
 
 class WindowSettings(_Strict):
@@ -96,6 +111,11 @@ class WindowSettings(_Strict):
 
     size_seconds: float = Field(3600.0, gt=0, description="Window length.")
     allowed_lateness_seconds: float = Field(5.0, ge=0, description="How long after its end a window waits for late events before it closes.")
+    release_grace_seconds: float = Field(
+        30.0, ge=0,
+        description="Public: a window is released once every input partition has reported it, or at the latest this "
+        "long after its close with what has arrived; longer than a consumer-group rejoin (docs/scaling.md).",
+    )
     on_stop: Literal["release_due", "release_current"] = Field(
         "release_due",
         description="On SIGTERM: release the windows whose close time has passed and leave the current one to the "

@@ -62,6 +62,9 @@ class ClosedWindow:
     X: np.ndarray  # (n, d) raw feature values
     flagged: np.ndarray  # (n,) bool
     event_ids: tuple[str, ...]
+    # The privacy unit of each event (None without an entity field): stage 2 keeps one
+    # event per entity per window over all input partitions.
+    entities: tuple[str | None, ...] = ()
 
     @property
     def n_events(self) -> int:
@@ -152,11 +155,37 @@ class WindowStore:
             self._next = n + 1
             yield self._closed(n, w)
 
+    def due(self, now: float, limit: int | None = None) -> list[ClosedWindow]:
+        """The windows ``close_due(now)`` would close, oldest first, left in the store.
+
+        For a caller that must hand them on durably first and then ``discard_through``:
+        until then their events keep holding their offsets.
+        """
+        out: list[ClosedWindow] = []
+        n = self._next
+        while (n + 1) * self.size + self.allowed_lateness <= now and (limit is None or len(out) < limit):
+            out.append(self._closed(n, self._open.get(n)))
+            n += 1
+        return out
+
+    def discard_through(self, start: float) -> None:
+        """Forget every window up to the one starting at ``start`` (handed on already)."""
+        last = self.index_of(start + self.size / 2)
+        for n in range(self._next, last + 1):
+            self._open.pop(n, None)
+        self._next = max(self._next, last + 1)
+
     def _closed(self, n: int, w: OpenWindow | None) -> ClosedWindow:
         start, end = n * self.size, (n + 1) * self.size
         if w is None or not w.rows:
             return ClosedWindow(start, end, np.zeros((0, self.n_features)), np.zeros(0, dtype=bool), ())
-        return ClosedWindow(start, end, np.asarray(w.rows, dtype=float), np.asarray(w.flagged, dtype=bool), tuple(w.event_ids))
+        return ClosedWindow(start, end, np.asarray(w.rows, dtype=float), np.asarray(w.flagged, dtype=bool), tuple(w.event_ids),
+                            tuple(w.row_entities))
+
+    @property
+    def next_index(self) -> int:
+        """Index of the next window to close."""
+        return self._next
 
     def held_offsets(self) -> dict[int, int]:
         """Per partition, the smallest offset of an event in a still-open window.
