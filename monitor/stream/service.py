@@ -57,8 +57,6 @@ _ALERT_PRODUCER = {"retries": 0, "enable_idempotence": False}
 # producers do not survive (INFRA); a duplicate from a retry is harmless, since stage 2
 # keeps the first complete attempt per window and partition.
 _SHARD_PRODUCER = {"enable_idempotence": False}
-# On stop, how long stage 2 waits for the shards stage 1 has just shipped.
-_FINISH_WAIT_S = 10.0
 STAGE2_GROUP_SUFFIX = ".stage2"
 
 
@@ -169,6 +167,12 @@ class MonitorService:
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until the service has joined its group(s) and read its backlog."""
         return self._ready.wait(timeout)
+
+    def stage1_ready(self) -> bool:
+        """False while this process's own stage 1 is joining or catching up: a window
+        is then not released on its grace alone, since this process is about to report
+        partitions (after a restart, the grace may pass during the rejoin)."""
+        return self.stage1 is None or self.stage1.ready
 
     def done(self) -> bool:
         """True once a stop was asked or ``max_windows`` windows were closed."""
@@ -281,14 +285,18 @@ class MonitorService:
             self.stage1 = Stage1(self)
             self.stage1.subscribe(make_consumer(self._bootstrap, s.group_id, group))
 
-    def _make_producers(self) -> None:
+    _PRODUCERS = {"producer": {}, "alert_producer": _ALERT_PRODUCER, "shard_producer": _SHARD_PRODUCER}
+
+    def _make_producers(self, *names: str) -> None:
+        """(Re)create producers: an idempotent producer whose broker lost its producer id
+        (a restarted broker) fails every send until it is recreated."""
         from monitor.stream.clients import make_producer
 
         kafka = self.config.stream.kafka
-        for name, extra in (("producer", {}), ("alert_producer", _ALERT_PRODUCER), ("shard_producer", _SHARD_PRODUCER)):
+        for name in names or tuple(self._PRODUCERS):
             old = getattr(self, name, None)
             try:
-                new = make_producer(self._bootstrap, kafka, **extra)
+                new = make_producer(self._bootstrap, kafka, **self._PRODUCERS[name])
             except Exception as err:  # noqa: BLE001 - the next round of the loop retries
                 if old is None:
                     raise
@@ -320,29 +328,54 @@ class MonitorService:
             except Exception as err:  # noqa: BLE001
                 log.warning("closing a consumer: %s", err)
 
-    # -- the loop ---------------------------------------------------------------------
+    # -- the loops --------------------------------------------------------------------
     def _loop(self) -> None:
+        """Each stage in a thread of its own, with its own consumer: kafka-python cannot
+        complete two group joins that one thread's polls interleave (measured: 6 to 20 s,
+        sometimes never), and a restart must rejoin fast to report before the grace."""
+        threads = []
+        self._stage1_finished = threading.Event()
+        if self.stage1 is None:
+            self._stage1_finished.set()
+        if self.stage2 is not None:
+            t = threading.Thread(target=self._guarded, args=(self._run_stage, self.stage2), name="stage2", daemon=True)
+            threads.append(t)
+            t.start()
+        if self.stage1 is not None:
+            try:
+                self._run_stage(self.stage1)
+            finally:
+                self._stage1_finished.set()
+        else:
+            self._stop.wait()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+        if self._thread_error is not None:
+            raise self._thread_error
+
+    _thread_error: BaseException | None = None
+
+    def _guarded(self, target, *args) -> None:
+        try:
+            target(*args)
+        except BaseException as err:  # noqa: BLE001 - re-raised by run() in the main thread
+            self._thread_error = err
+            self._stop.set()
+
+    def _run_stage(self, stage) -> None:
         backoff = _BACKOFF_MIN_S
         next_commit = next_lag = 0.0
-        s1, s2 = self.stage1, self.stage2
         while not self.done():
             try:
-                if s1 is not None:
-                    s1.step(s1.poll_timeout_ms())
-                if s2 is not None:
-                    s2.step(s2.poll_timeout_ms() if s1 is None or not s2.joined else 10)
-                if not self._ready.is_set() and (s1 is None or s1.ready) and (s2 is None or s2.ready):
-                    self._ready.set()
-                    log.info("caught up; releasing windows on schedule")
+                stage.step(stage.poll_timeout_ms())
+                self._check_ready()
                 now = time.monotonic()
                 if now >= next_lag:
-                    if s1 is not None:
-                        s1.update_lag()
+                    stage.update_lag()
                     next_lag = now + _LAG_INTERVAL_S
                 if now >= next_commit:
-                    for st in (s1, s2):
-                        if st is not None:
-                            st.commit()
+                    stage.commit()
                     next_commit = now + _COMMIT_INTERVAL_S
                 backoff = _BACKOFF_MIN_S
             except MonitorError:
@@ -352,11 +385,16 @@ class MonitorService:
                           exc_info=log.isEnabledFor(logging.DEBUG))
                 self._stop.wait(backoff)
                 backoff = min(_BACKOFF_MAX_S, backoff * 2)
-                self._make_producers()
-        self._finish()
+                self._make_producers(*stage.producers)
+        stage.finish(self._finish_until(), self)
 
-    def _finish(self) -> None:
-        """On stop: ship and release windows per ``window.on_stop``, flush, commit.
+    def _check_ready(self) -> None:
+        if not self._ready.is_set() and all(st is None or st.ready for st in (self.stage1, self.stage2)):
+            self._ready.set()
+            log.info("caught up; releasing windows on schedule")
+
+    def _finish_until(self) -> float:
+        """On stop, windows closing up to this time are shipped and released (``window.on_stop``).
 
         "release_due" leaves the open windows: their events are not committed past, so
         the next run reads them again and puts them in the same windows. "release_current"
@@ -364,29 +402,18 @@ class MonitorService:
         length away); the policy is config, so the decision stays data-independent.
         """
         cfg = self.config.window
-        until = time.time()
-        if cfg.on_stop == "release_current":
-            until += cfg.size_seconds + cfg.allowed_lateness_seconds
-        max_reached = self._max_windows is not None and self.windows_closed >= self._max_windows
-        try:
-            if self.stage1 is not None and not max_reached:
-                self.stage1.finish(until)
-            if self.stage2 is not None:
-                s2 = self.stage2
-                self._stop.clear()  # let release_ready run; max_windows still stops it
-                deadline = time.monotonic() + (_FINISH_WAIT_S if self.stage1 is not None and not max_reached else 0)
-                try:
-                    while True:
-                        due = s2.next_start + cfg.size_seconds + cfg.allowed_lateness_seconds <= until
-                        s2.step(100) if due else None
-                        if not due or self.done() or time.monotonic() > deadline:
-                            break
-                finally:
-                    self._stop.set()
-                s2.commit(force=True)
-            self.producer.flush(timeout=SEND_TIMEOUT_S)
-        except Exception as err:  # noqa: BLE001 - stopping must finish
-            log.error("during stop: %s: %s", type(err).__name__, err)
+        until = getattr(self, "_until", None)
+        if until is None:
+            until = self._until = time.time() + (cfg.size_seconds + cfg.allowed_lateness_seconds
+                                                 if cfg.on_stop == "release_current" else 0.0)
+        return until
+
+    @property
+    def max_windows_reached(self) -> bool:
+        return self._max_windows is not None and self.windows_closed >= self._max_windows
+
+    def wait_stage1_finished(self, timeout: float) -> bool:
+        return self._stage1_finished.wait(timeout)
 
 
 def _without_instance_id(settings: dict[str, Any]) -> dict[str, Any]:

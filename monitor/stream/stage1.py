@@ -40,11 +40,13 @@ __all__ = ["Stage1"]
 CATCH_UP_TIMEOUT_S = 30.0
 # Windows shipped per partition and round, so one long backlog does not starve the loop.
 _SHIP_BATCH = 64
-_JOIN_POLL_MS = 200
+_JOIN_POLL_MS = _MAX_POLL_MS = 200
 
 
 class Stage1:
     """The input side of the service; ``step()`` is called from the service loop."""
+
+    producers = ("producer", "shard_producer")  # renewed after a broker error
 
     def __init__(self, service) -> None:
         self.service = service  # producers, model, schema, metrics, counts live there
@@ -157,12 +159,12 @@ class Stage1:
         self.ship(time.time())
 
     def poll_timeout_ms(self) -> int:
-        """Up to the next close time; never short while joining the group (a poll that
-        returns before the join completes abandons it, and the group never settles)."""
+        """Up to the next close time; never very short while joining the group (a poll
+        that returns too early can abandon the join)."""
         if self._rebalancing or not self.stores:
             return _JOIN_POLL_MS
         close = min(s.next_close_time for s in self.stores.values())
-        return int(1000 * max(0.0, min(_JOIN_POLL_MS / 1000, close - time.time())))
+        return int(1000 * max(0.0, min(_MAX_POLL_MS / 1000, close - time.time())))
 
     def ship(self, now: float) -> int:
         """Send every due window's shard of each caught-up partition; commit. Returns shards sent."""
@@ -194,13 +196,14 @@ class Stage1:
         self.commit(force=True)
         return len(shipped)
 
-    def finish(self, until: float) -> None:
+    def finish(self, until: float, service) -> None:
         """On stop: ship what is due at ``until``, flush dead letters, commit."""
-        if self.stores and not self._rebalancing:
+        if self.stores and not self._rebalancing and not service.max_windows_reached:
             while self.ship(until):
                 pass
         self.send_dead_letters()
         self.service.producer.flush(timeout=SEND_TIMEOUT_S)
+        self.service.shard_producer.flush(timeout=SEND_TIMEOUT_S)
         self.commit(force=True)
 
     # -- ingestion --------------------------------------------------------------------

@@ -27,10 +27,14 @@ log = logging.getLogger("monitor.stream")
 __all__ = ["Stage2"]
 
 CATCH_UP_TIMEOUT_S = 30.0
+# On stop, how long stage 2 waits for the shards its own process's stage 1 ships.
+_FINISH_WAIT_S = 10.0
 
 
 class Stage2:
     """The release side of the service; ``step()`` is called from the service loop."""
+
+    producers = ("alert_producer",)  # renewed after a broker error
 
     def __init__(self, service, releaser, first_start: float) -> None:
         cfg = service.config
@@ -100,13 +104,13 @@ class Stage2:
         return bool(self.consumer.assignment()) and not self._rebalancing
 
     def poll_timeout_ms(self) -> int:
-        return 200
+        return 200  # returns as soon as shards arrive
 
     @property
     def ready(self) -> bool:
         return self._caught_up()
 
-    def step(self, timeout_ms: int) -> None:
+    def step(self, timeout_ms: int, grace: bool = True) -> None:
         if self._reseek:
             # A partition kept across a rebalance keeps kafka-python's read position, but
             # its held shards were dropped: read them again from the committed offset.
@@ -128,7 +132,7 @@ class Stage2:
                     continue
                 if self.collector.index_of(chunk["window_start"]) >= self.next:
                     self.collector.add(chunk, rec.offset, rec.partition)
-        self.release_ready(time.time())
+        self.release_ready(time.time(), grace=grace)
 
     def release_ready(self, now: float, *, grace: bool = True) -> int:
         """Release, in order, every window that is complete or past its grace; returns how many."""
@@ -136,11 +140,11 @@ class Stage2:
         if self._pending is not None:
             self._release(self._pending)
             n += 1
-        while not self.service.done():
+        while not self.service.max_windows_reached:
             end = (self.next + 1) * self.size
             if self.collector.complete(self.next):
                 pass
-            elif grace and now >= end + self.lateness + self.grace and self._caught_up():
+            elif grace and now >= end + self.lateness + self.grace and self._caught_up() and self.service.stage1_ready():
                 log.warning("window [%.0f, %.0f): released after the grace with %d of %d input partitions reported",
                             self.next * self.size, end, self.collector.reported(self.next), self.collector.n_partitions)
             else:
@@ -150,6 +154,30 @@ class Stage2:
             self._release(self._pending)
             n += 1
         return n
+
+    def update_lag(self) -> None:
+        """Stage 2's lag is not exported: the input lag (stage 1) is what operators watch."""
+
+    def finish(self, until: float, service) -> None:
+        """On stop: release the windows due at ``until`` that every partition has reported.
+
+        In one process with stage 1, first wait for stage 1 to ship them (at most
+        ``_FINISH_WAIT_S``); alone, release what is already complete.
+        """
+        try:
+            wait = service.stage1 is not None and not service.max_windows_reached
+            deadline = time.monotonic() + (_FINISH_WAIT_S if wait else 0.0)
+            if wait:
+                service.wait_stage1_finished(_FINISH_WAIT_S)
+            while not service.max_windows_reached:
+                self.release_ready(time.time(), grace=False)
+                due = (self.next + 1) * self.size + self.lateness <= until
+                if not due or time.monotonic() > deadline:
+                    break
+                self.step(100, grace=False)
+            self.commit(force=True)
+        except Exception as err:  # noqa: BLE001 - stopping must finish
+            log.error("stage 2, during stop: %s: %s", type(err).__name__, err)
 
     def _release(self, window: ClosedWindow) -> None:
         self.releaser.close(window)
