@@ -275,11 +275,12 @@ class MonitorService:
             self.releaser = WindowReleaser(self.config, self.ledger, self.accountant, self.metrics, self.alert_producer,
                                            self._noise, self._on_release, self._audit_path)
             resume = self.ledger.last_window_end()
-            # With no ledger yet, start at the oldest window the clock has not closed.
-            first = resume if resume is not None else time.time() - w.allowed_lateness_seconds
+            # With no ledger yet, start at the oldest window whose grace has not passed:
+            # the same windows a stage 1 starting now rebuilds from its input backlog.
+            first = resume if resume is not None else time.time() - w.allowed_lateness_seconds - w.release_grace_seconds
             self.stage2 = Stage2(self, self.releaser, first)
             log.info("stage 2: first window to release starts at %.0f (%s)", self.stage2.next_start,
-                     "after the ledger's last window" if resume is not None else "the oldest window still open")
+                     "after the ledger's last window" if resume is not None else "the oldest window within its grace")
             self.stage2.subscribe(make_consumer(self._bootstrap, s.group_id + STAGE2_GROUP_SUFFIX, _without_instance_id(group)))
         if self.runs_stage1:
             self.stage1 = Stage1(self)
