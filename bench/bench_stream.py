@@ -85,13 +85,19 @@ class _TimedService(MonitorService):
         super().__init__(*a, **kw)
         self.expect, self.first, self.last = expect, None, None
 
-    def _ingest(self, batch: dict) -> None:
-        if self.first is None:
-            self.first = time.perf_counter()
-        super()._ingest(batch)
-        if self.last is None and sum(self.counts.values()) >= self.expect:
-            self.last = time.perf_counter()
-            self.stop()
+    def _connect(self) -> None:
+        super()._connect()
+        ingest = self.stage1.ingest
+
+        def timed(batch: dict) -> None:
+            if self.first is None:
+                self.first = time.perf_counter()
+            ingest(batch)
+            if self.last is None and sum(self.counts.values()) >= self.expect:
+                self.last = time.perf_counter()
+                self.stop()
+
+        self.stage1.ingest = timed
 
 
 def config(tmp: Path, topic: str, *, size: float, lateness: float, entity: bool):

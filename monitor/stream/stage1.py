@@ -208,49 +208,41 @@ class Stage1:
 
     # -- ingestion --------------------------------------------------------------------
     def ingest(self, batch: dict) -> None:
+        """Validate, score and window one poll's records, partition by partition."""
         svc = self.service
-        schema, s = svc.schema, self.config.stream
-        use_kafka_time = s.timestamp_field is None
-        valid: list[tuple[Any, Any]] = []  # (record, event)
-        rejected: list[tuple[Any, InvalidEvent]] = []
         counts: Counter[str] = Counter()
         dead: Counter[str] = Counter()
-        parse = schema.parse
+        rejected: list[tuple[Any, InvalidEvent]] = []
+        horizon = time.time() + self.size + self.lateness
         for tp, records in batch.items():
-            if records:
-                self._positions[tp] = records[-1].offset + 1
-            for rec in records:
-                try:
-                    valid.append((rec, parse(rec.value)))
-                except InvalidEvent as bad:
-                    rejected.append((rec, bad))
-                    dead[bad.reason] += 1
-        if valid:
-            X = np.array([ev.features for _, ev in valid], dtype=float)
+            if not records:
+                continue
+            self._positions[tp] = records[-1].offset + 1
+            store = self.stores.get(tp)
+            if store is None:  # revoked within this poll: its new owner reads it again
+                continue
+            valid, cols = self._parse(records, rejected, dead)
+            if not valid:
+                continue
+            X, ts, entities, ids = cols
             scores = svc.model.score_samples(X)
             flagged = scores > svc.threshold
-            now = time.time()
-            horizon = now + self.size + self.lateness
-            stores = self.stores
-            topic = s.input_topic
-            from kafka.structs import TopicPartition
-
-            for i, (rec, ev) in enumerate(valid):
-                ts = rec.timestamp / 1000.0 if use_kafka_time else ev.timestamp
-                if ts >= horizon:
-                    rejected.append((rec, InvalidEvent("bad_timestamp", f"{ts:.3f} is beyond the acceptance horizon {horizon:.3f} (now + window + lateness)")))
+            offsets = np.fromiter((rec.offset for rec in valid), dtype=np.int64, count=len(valid))
+            ids = [i if i is not None else f"{tp.partition}:{o}" for i, o in zip(ids, offsets.tolist())]
+            ok = ts < horizon
+            if not ok.all():
+                for i in np.flatnonzero(~ok).tolist():
+                    rejected.append((valid[i], InvalidEvent("bad_timestamp", f"{ts[i]:.3f} is beyond the acceptance horizon {horizon:.3f} (now + window + lateness)")))
                     dead["bad_timestamp"] += 1
-                    continue
-                store = stores.get(TopicPartition(topic, rec.partition))
-                if store is None:  # revoked within this poll: its new owner reads it again
-                    continue
-                counts[store.add_one(
-                    ts, ev.features, bool(flagged[i]),
-                    event_id=ev.event_id or f"{rec.partition}:{rec.offset}",
-                    entity=ev.entity, partition=rec.partition, offset=rec.offset,
-                )] += 1
-            if s.scores_topic:
-                self._publish_scores(valid, scores, flagged)
+                keep = np.flatnonzero(ok)
+                X, ts, flagged, offsets, scores = X[keep], ts[keep], flagged[keep], offsets[keep], scores[keep]
+                ids = [ids[i] for i in keep.tolist()]
+                entities = None if entities is None else [entities[i] for i in keep.tolist()]
+                valid = [valid[i] for i in keep.tolist()]
+            counts.update(store.add_batch(ts, X, flagged, event_ids=ids, entities=entities,
+                                          partition=tp.partition, offsets=offsets))
+            if self.config.stream.scores_topic:
+                self._publish_scores(valid, ids, scores, flagged)
         if dead:
             counts["dead_letter"] = sum(dead.values())
             for reason, n in dead.items():
@@ -262,6 +254,38 @@ class Stage1:
         # before anything that talks to the broker, so a failed send loses nothing.
         self._unsent.extend(rejected)
         self.send_dead_letters()
+
+    def _parse(self, records: list, rejected: list, dead: Counter) -> tuple[list, tuple]:
+        """The valid records and their columns (X, timestamps, entities, ids).
+
+        The whole partition batch at once when every message is valid (the usual case);
+        otherwise message by message, so each rejected one gets its own reason.
+        """
+        schema = self.service.schema
+        use_kafka_time = self.config.stream.timestamp_field is None
+        fast = schema.parse_batch([rec.value for rec in records])
+        if fast is not None:
+            valid = records
+            X, ts, entities, ids = fast
+        else:
+            valid, events = [], []
+            for rec in records:
+                try:
+                    events.append(schema.parse(rec.value))
+                except InvalidEvent as bad:
+                    rejected.append((rec, bad))
+                    dead[bad.reason] += 1
+                    continue
+                valid.append(rec)
+            if not valid:
+                return [], ()
+            X = np.array([ev.features for ev in events], dtype=float)
+            ts = None if use_kafka_time else np.array([ev.timestamp for ev in events], dtype=float)
+            entities = None if schema.entity_field is None else [ev.entity for ev in events]
+            ids = [ev.event_id for ev in events]
+        if use_kafka_time:
+            ts = np.fromiter((rec.timestamp for rec in valid), dtype=float, count=len(valid)) / 1000.0
+        return valid, (X, ts, entities, ids)
 
     def send_dead_letters(self) -> None:
         """Hand the backlog of dead letters to the producer, oldest first, until one fails."""
@@ -275,11 +299,11 @@ class Stage1:
             self.service.producer.send(self.config.stream.dead_letter_topic, value=rec.value, key=rec.key, headers=headers)
             self._unsent.popleft()
 
-    def _publish_scores(self, valid, scores: np.ndarray, flagged: np.ndarray) -> None:
+    def _publish_scores(self, valid, ids: list[str], scores: np.ndarray, flagged: np.ndarray) -> None:
         # Per-event scores are NOT private: this topic must stay inside the trust boundary.
         topic = self.config.stream.scores_topic
-        for (rec, ev), score, flag in zip(valid, scores, flagged):
-            body = {"id": ev.event_id or f"{rec.partition}:{rec.offset}", "score": float(score), "flagged": bool(flag)}
+        for rec, event_id, score, flag in zip(valid, ids, scores.tolist(), flagged.tolist()):
+            body = {"id": event_id, "score": score, "flagged": flag}
             self.service.producer.send(topic, value=json.dumps(body).encode(), key=rec.key)
 
     # -- offsets and lag ----------------------------------------------------------------

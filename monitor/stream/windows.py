@@ -143,6 +143,57 @@ class WindowStore:
             w.first_offsets[partition] = offset
         return ACCEPTED
 
+    def add_batch(
+        self,
+        ts: np.ndarray,
+        X: np.ndarray,
+        flagged: np.ndarray,
+        *,
+        event_ids: list[str],
+        entities: list[str] | None = None,
+        partition: int = 0,
+        offsets: np.ndarray | None = None,
+    ) -> dict[str, int]:
+        """``add_one`` for every event of a batch, in order; returns counts by status.
+
+        >>> store = WindowStore(size=60, allowed_lateness=5, first_start=60)
+        >>> store.add_batch(np.array([10.0, 70.0, 80.0]), np.zeros((3, 1)), np.zeros(3, bool),
+        ...                 event_ids=["a", "b", "c"], entities=["p", "q", "q"])
+        {'late': 1, 'accepted': 1, 'duplicate_entity': 1}
+        """
+        idx = np.floor(ts / self.size).astype(np.int64)
+        late = idx < self._next
+        counts = {LATE: int(late.sum()), ACCEPTED: 0, DUPLICATE_ENTITY: 0}
+        for n in np.unique(idx[~late]).tolist():
+            sel = np.flatnonzero(idx == n).tolist()
+            w = self._open.get(n)
+            if w is None:
+                w = self._open[n] = OpenWindow(n * self.size, (n + 1) * self.size)
+            if entities is not None:
+                seen, keep = w.entities, []
+                for i in sel:
+                    e = entities[i]
+                    if e not in seen:
+                        seen.add(e)
+                        keep.append(i)
+                counts[DUPLICATE_ENTITY] += len(sel) - len(keep)
+                sel = keep
+                w.row_entities.extend(entities[i] for i in sel)
+            else:
+                w.row_entities.extend([None] * len(sel))
+            if not sel:
+                continue
+            counts[ACCEPTED] += len(sel)
+            w.rows.extend(map(tuple, X[sel].tolist()))
+            w.flagged.extend(flagged[sel].tolist())
+            w.event_ids.extend(event_ids[i] for i in sel)
+            w.partitions.extend([partition] * len(sel))
+            if offsets is not None:
+                first = int(offsets[sel].min())
+                if first < w.first_offsets.get(partition, first + 1):
+                    w.first_offsets[partition] = first
+        return {k: v for k, v in counts.items() if v}
+
     def close_due(self, now: float) -> Iterator[ClosedWindow]:
         """Close, in order, every scheduled window whose close time is at or before ``now``.
 
