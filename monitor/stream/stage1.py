@@ -59,6 +59,8 @@ class Stage1:
         self._catching_up: dict[Any, float] = {}  # partition -> deadline
         self._targets: dict[Any, int] = {}  # partition -> highwater at assignment
         self._positions: dict[Any, int] = {}  # partition -> next offset to read, from records seen
+        # partition -> (monotonic time of the first record since assignment, records since): for the catch-up log
+        self._first_read: dict[Any, list] = {}
         self._rewind: dict[Any, tuple[int | None, int]] = {}  # partition -> (first dropped offset, next window)
         # Dead letters not yet handed to the producer; their offsets stay uncommitted.
         self._unsent: deque[tuple[Any, InvalidEvent]] = deque()
@@ -89,6 +91,7 @@ class Stage1:
         for tp in assigned:
             self._catching_up[tp] = deadline
             self._targets.pop(tp, None)
+            self._first_read.pop(tp, None)
             first_start = fresh_start
             if tp in self._rewind:  # ours again: read the events we dropped once more
                 offset, next_index = self._rewind[tp]
@@ -138,7 +141,9 @@ class Stage1:
                 self._targets[tp] = target
         if target is not None and self.consumer.position(tp) >= target:
             del self._catching_up[tp]
-            log.info("stage 1: partition %d caught up", tp.partition)
+            first = self._first_read.pop(tp, None)
+            took = f" ({first[1]} records in {time.monotonic() - first[0]:.3f} s)" if first else ""
+            log.info("stage 1: partition %d caught up%s", tp.partition, took)
             return True
         if time.monotonic() > deadline:
             log.warning("partition %d: no catch-up within %.0f s; shipping anyway", tp.partition, CATCH_UP_TIMEOUT_S)
@@ -218,6 +223,8 @@ class Stage1:
             if not records:
                 continue
             self._positions[tp] = records[-1].offset + 1
+            if tp in self._catching_up:
+                self._first_read.setdefault(tp, [time.monotonic(), 0])[1] += len(records)
             store = self.stores.get(tp)
             if store is None:  # revoked within this poll: its new owner reads it again
                 continue
