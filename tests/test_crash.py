@@ -21,12 +21,12 @@ that window really is published twice. Afterwards:
 from __future__ import annotations
 
 import random
-import signal
 import time
 
 import pytest
 
 from streamkit import (
+    KeyedPacer,
     EventPacer,
     ServiceProcess,
     audit_line_count,
@@ -42,6 +42,7 @@ from streamkit import (
     read_audit,
     read_topic,
     require_service,
+    stop_processes,
     wait_for,
     window_cost,
     write_config,
@@ -165,8 +166,6 @@ def test_sigkill_any_process_of_a_two_stage_deployment(tmp_path, fresh_broker):
     exactly one window, every window is in the ledger once and charged once, every
     alert equals its ledger row (issue 11)."""
     require_service()
-    from streamkit import KeyedPacer
-
     rng = random.Random(SEED + 7)
     bootstrap = fresh_broker.bootstrap_servers
     prefix = "split"
@@ -199,11 +198,7 @@ def test_sigkill_any_process_of_a_two_stage_deployment(tmp_path, fresh_broker):
         pacer.stop()
         wait_for(lambda: any(float(w["window_end"]) > pacer.last_ts for w in read_audit(audit)), 90,
                  "the window of the last event", interval=0.1, on_timeout=tails)
-        for p in procs:
-            p.ensure_alive()
-            p.proc.send_signal(signal.SIGTERM)
-        for p in procs:
-            assert p.proc.wait(30) == 0, p.log_tail()
+        stop_processes(procs)
     finally:
         for p in procs:
             p.cleanup()

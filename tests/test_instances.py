@@ -17,7 +17,6 @@ is. The stage-1 processes of one run split the input partitions between them (th
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from streamkit import (
     read_audit,
     read_topic,
     require_service,
+    stop_processes,
     wait_for,
     window_cost,
     write_config,
@@ -89,11 +89,7 @@ def run_config(tmp_path: Path, bootstrap: str, model: Path, stage1: int, last_ts
             p.start()
         wait_for(lambda: any(float(w["window_end"]) > last_ts for w in read_audit(audit)), 120,
                  "the window of the last event", interval=0.2, on_timeout=tails)
-        for p in procs:
-            p.ensure_alive()
-            p.proc.send_signal(signal.SIGTERM)
-        for p in procs:
-            assert p.proc.wait(30) == 0, p.log_tail()
+        stop_processes(procs)
     finally:
         for p in procs:
             p.cleanup()

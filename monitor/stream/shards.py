@@ -14,9 +14,9 @@ on the topic, in topic order, so every process that reads the topic agrees on it
 
 The internal topic holds raw data: it is inside the trust boundary, like the input.
 
->>> from monitor.stream.windows import ClosedWindow
+>>> from monitor.stream.windows import ClosedWindow, smallest_offsets
 >>> w = ClosedWindow(0.0, 60.0, np.array([[1.0, 2.0]]), np.array([True]), ("a",), ("p1",))
->>> [s["partition"] for s in encode_shard(w, partition=2, n_partitions=3, attempt="x", chunk_events=10)]
+>>> [s["partition"] for s in encode_shard(w, partition=2, n_partitions=3, attempt="x")]
 [2]
 >>> c = ShardCollector(window_size=60.0)
 >>> c.add(encode_shard(w, 0, 2, "x", 10)[0], offset=5, source=0)
@@ -36,25 +36,32 @@ from typing import Any
 import numpy as np
 import orjson
 
-from monitor.stream.windows import ClosedWindow
+from monitor.stream.windows import ClosedWindow, smallest_offsets
 
-__all__ = ["encode_shard", "dumps", "loads", "ShardCollector", "CHUNK_EVENTS"]
+__all__ = ["encode_shard", "chunk_events", "dumps", "loads", "ShardCollector"]
 
-# Events per chunk: with a handful of features, ids and entities a chunk stays well under
-# Kafka's default 1 MB message limit.
-CHUNK_EVENTS = 2000
+# A chunk stays well under Kafka's default 1 MB message limit: about 24 bytes per JSON
+# float plus ids and entities, budgeted at 400 kB per chunk.
+_CHUNK_BYTES = 400_000
+_EVENT_OVERHEAD_BYTES = 128
+
+
+def chunk_events(n_features: int) -> int:
+    """Events per chunk for windows of ``n_features`` features."""
+    return max(1, _CHUNK_BYTES // (24 * n_features + _EVENT_OVERHEAD_BYTES))
 _VERSION = 1
 
 
 def encode_shard(window: ClosedWindow, partition: int, n_partitions: int, attempt: str,
-                 chunk_events: int = CHUNK_EVENTS) -> list[dict[str, Any]]:
+                 per_chunk: int | None = None) -> list[dict[str, Any]]:
     """The chunks (dicts, see ``dumps``) of one window's shard from one input partition."""
     n = window.n_events
-    chunks = max(1, math.ceil(n / chunk_events))
+    per_chunk = per_chunk or chunk_events(window.X.shape[1])
+    chunks = max(1, math.ceil(n / per_chunk))
     entities = window.entities or (None,) * n
     out = []
     for i in range(chunks):
-        lo, hi = i * chunk_events, min(n, (i + 1) * chunk_events)
+        lo, hi = i * per_chunk, min(n, (i + 1) * per_chunk)
         out.append({
             "v": _VERSION, "window_start": window.start, "window_end": window.end,
             "partition": partition, "n_partitions": n_partitions, "attempt": attempt,
@@ -162,12 +169,7 @@ class ShardCollector:
 
     def held_offsets(self) -> dict[int, int]:
         """Per internal-topic partition, the smallest offset a window not yet released holds."""
-        held: dict[int, int] = {}
-        for w in self._windows.values():
-            for s, off in w.first_offsets.items():
-                if off < held.get(s, off + 1):
-                    held[s] = off
-        return held
+        return smallest_offsets(w.first_offsets for w in self._windows.values())
 
     @property
     def earliest(self) -> int | None:

@@ -30,7 +30,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-__all__ = ["ACCEPTED", "LATE", "DUPLICATE_ENTITY", "OpenWindow", "ClosedWindow", "WindowStore"]
+__all__ = ["ACCEPTED", "LATE", "DUPLICATE_ENTITY", "OpenWindow", "ClosedWindow", "WindowStore", "smallest_offsets"]
 
 ACCEPTED = "accepted"
 LATE = "late"
@@ -69,6 +69,16 @@ class ClosedWindow:
     @property
     def n_events(self) -> int:
         return int(self.X.shape[0])
+
+
+def smallest_offsets(per_window: Iterable[dict[int, int]]) -> dict[int, int]:
+    """Per partition, the smallest of the windows' first offsets: what must not be committed past."""
+    held: dict[int, int] = {}
+    for offsets in per_window:
+        for p, off in offsets.items():
+            if off < held.get(p, off + 1):
+                held[p] = off
+    return held
 
 
 class WindowStore:
@@ -243,12 +253,7 @@ class WindowStore:
 
         Committing below this keeps every uncounted event re-readable after a crash.
         """
-        held: dict[int, int] = {}
-        for w in self._open.values():
-            for p, off in w.first_offsets.items():
-                if off < held.get(p, off + 1):
-                    held[p] = off
-        return held
+        return smallest_offsets(w.first_offsets for w in self._open.values())
 
     def drop_partitions(self, partitions: Iterable[int]) -> int:
         """Forget the events of partitions this instance no longer owns (rebalance).
