@@ -89,6 +89,13 @@ class StreamSettings(_Strict):
     max_message_bytes: int = Field(65536, gt=0, description="Larger messages go to the dead-letter topic.")
     kafka: dict[str, Any] = Field(default_factory=dict, description="Extra kafka-python settings passed through (SASL, TLS, ...).")
     embedded_broker_port: int = Field(0, ge=0, le=65535, description="Port of the embedded broker; 0 picks a free one.")
+    input_backend: Literal["kafka-python", "confluent"] = Field(
+        "kafka-python",
+        description="Client stage 1 reads the input with: confluent-kafka (librdkafka, extra `confluent`) reads faster.",
+    )
+    confluent: dict[str, Any] = Field(
+        default_factory=dict, description="librdkafka settings for the confluent input backend (security.protocol, ...).",
+    )
     stage: Literal["both", "1", "2"] = Field(
         "both",
         description="What this process runs (docs/scaling.md): both stages, or stage 1 only (validate, score, window; "

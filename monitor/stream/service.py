@@ -284,7 +284,13 @@ class MonitorService:
             self.stage2.subscribe(make_consumer(self._bootstrap, s.group_id + STAGE2_GROUP_SUFFIX, _without_instance_id(group)))
         if self.runs_stage1:
             self.stage1 = Stage1(self)
-            self.stage1.subscribe(make_consumer(self._bootstrap, s.group_id, group))
+            if s.input_backend == "confluent":
+                from monitor.stream.confluent_input import ConfluentConsumer
+
+                consumer = ConfluentConsumer(self._bootstrap, s.group_id, group, s.confluent)
+            else:
+                consumer = make_consumer(self._bootstrap, s.group_id, group)
+            self.stage1.subscribe(consumer)
 
     _PRODUCERS = {"producer": {}, "alert_producer": _ALERT_PRODUCER, "shard_producer": _SHARD_PRODUCER}
 

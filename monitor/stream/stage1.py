@@ -153,7 +153,12 @@ class Stage1:
 
     @property
     def ready(self) -> bool:
-        return bool(self.stores) and not self._rebalancing and not self._catching_up
+        """Assigned, caught up, and every window already due is shipped (acknowledged):
+        stage 2 in the same process then has all this process can report."""
+        if not self.stores or self._rebalancing or self._catching_up:
+            return False
+        now = time.time()
+        return all(store.next_close_time > now for store in list(self.stores.values()))
 
     # -- the loop ---------------------------------------------------------------------
     def step(self, timeout_ms: int) -> None:
