@@ -242,6 +242,7 @@ def main() -> None:
     ap.add_argument("--per-window", type=int, default=2000, help="events per window in the latency phase")
     ap.add_argument("--window-size", type=float, default=2.0)
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--confluent", action="store_true", help="also measure the confluent-kafka input backend")
     ap.add_argument("--processes", default="1,2,3", help="stage-1 process counts for the scaling table ('' = skip)")
     ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section `stream`")
     args = ap.parse_args()
@@ -260,6 +261,10 @@ def main() -> None:
         bare = bare_consumer_rate(bs, topic, args.events)
         svc, counts = service_rate(bs, tmp, topic, args.events)
         bare2 = bare_consumer_rate(bs, topic, args.events)  # again after, to see drift
+        confluent = None
+        if args.confluent:
+            confluent = (bare_confluent_rate(bs, topic, args.events),
+                         service_rate(bs, tmp, topic, args.events, backend="confluent")[0])
         scaling = {m: process_scaling(bs, tmp, topic, args.events, m)
                    for m in (int(x) for x in args.processes.split(",") if x)}
         lat: list[float] = []
@@ -271,7 +276,8 @@ def main() -> None:
         "## Stream throughput and release latency",
         "",
         f"`python bench/bench_stream.py --events {args.events} --partitions {args.partitions} "
-        f"--windows {args.windows} --per-window {args.per_window} --window-size {args.window_size}` "
+        f"--windows {args.windows} --per-window {args.per_window} --window-size {args.window_size}"
+        f"{' --confluent' if args.confluent else ''} --write` "
         "(embedded Tansu broker, kafka-python 3.0, same consumer settings for both readers; "
         "rates from first to last record, group join excluded).",
         "",
