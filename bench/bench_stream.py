@@ -3,17 +3,20 @@
 One run, one embedded broker, one topic:
 
 1. produce N JSON events (3 partitions) with event times in the current window;
-2. time a bare kafka-python ``KafkaConsumer`` reading the whole topic (same client
-   settings as the service: ``monitor.stream.clients.client_settings``);
-3. time the service processing the whole topic (validate, score, window);
-4. run the service on live traffic with short windows and report the release latency
+2. time a bare kafka-python ``KafkaConsumer`` reading the whole topic and json-decoding
+   each record (same client settings as the service: ``monitor.stream.clients.client_settings``);
+3. time the service processing the whole topic (validate, score, window), alternating
+   with 2. for ``--rounds`` rounds (medians); with ``--confluent`` also a bare
+   confluent-kafka consumer and the service with ``stream.input_backend: confluent``;
+4. time 1, 2, 3 separate ``monitor run --stage 1`` processes on the same topic;
+5. run the service on live traffic with short windows and report the release latency
    (window close time -> alert acknowledged by the broker) per window.
 
 Rates are counted from the first record received to the last, so the group join
 (seconds on Tansu) is left out of both.
 
-    python bench/bench_stream.py                 # 200k events, prints the table
-    python bench/bench_stream.py --write         # and writes BENCHMARKS.md section `stream`
+    python bench/bench_stream.py                          # 200k events, prints the tables
+    python bench/bench_stream.py --confluent --write      # and writes BENCHMARKS.md section `stream`
 """
 
 from __future__ import annotations
@@ -242,6 +245,7 @@ def main() -> None:
     ap.add_argument("--per-window", type=int, default=2000, help="events per window in the latency phase")
     ap.add_argument("--window-size", type=float, default=2.0)
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of each reader (medians reported)")
     ap.add_argument("--confluent", action="store_true", help="also measure the confluent-kafka input backend")
     ap.add_argument("--processes", default="1,2,3", help="stage-1 process counts for the scaling table ('' = skip)")
     ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section `stream`")
@@ -258,35 +262,48 @@ def main() -> None:
             time.sleep(3600 - now % 3600 + 1)
         ts = time.time()
         produce_rate = produce(bs, topic, args.events, lambda i: ts, args.partitions)
-        bare = bare_consumer_rate(bs, topic, args.events)
-        svc, counts = service_rate(bs, tmp, topic, args.events)
-        bare2 = bare_consumer_rate(bs, topic, args.events)  # again after, to see drift
-        confluent = None
-        if args.confluent:
-            confluent = (bare_confluent_rate(bs, topic, args.events),
-                         service_rate(bs, tmp, topic, args.events, backend="confluent")[0])
+        # Alternating runs, medians: on a shared machine the load drifts between runs.
+        bares, svcs, ck_bares, ck_svcs = [], [], [], []
+        for _ in range(args.rounds):
+            bares.append(bare_consumer_rate(bs, topic, args.events))
+            rate, counts = service_rate(bs, tmp, topic, args.events)
+            svcs.append(rate)
+            if args.confluent:
+                ck_bares.append(bare_confluent_rate(bs, topic, args.events))
+                ck_svcs.append(service_rate(bs, tmp, topic, args.events, backend="confluent")[0])
         scaling = {m: process_scaling(bs, tmp, topic, args.events, m)
                    for m in (int(x) for x in args.processes.split(",") if x)}
         lat: list[float] = []
         if not args.skip_latency:
             lat, sizes, top_h = release_latencies(bs, tmp, args.per_window, args.windows, args.window_size)
 
-    bare_mean = (bare + bare2) / 2
+    bare, svc = float(np.median(bares)), float(np.median(svcs))
+    runs = lambda xs: ", ".join(f"{x:,.0f}" for x in xs)  # noqa: E731
     lines = [
         "## Stream throughput and release latency",
         "",
         f"`python bench/bench_stream.py --events {args.events} --partitions {args.partitions} "
-        f"--windows {args.windows} --per-window {args.per_window} --window-size {args.window_size}"
-        f"{' --confluent' if args.confluent else ''} --write` "
+        f"--windows {args.windows} --per-window {args.per_window} --window-size {args.window_size} "
+        f"--rounds {args.rounds}{' --confluent' if args.confluent else ''} --write` "
         "(embedded Tansu broker, kafka-python 3.0, same consumer settings for both readers; "
-        "rates from first to last record, group join excluded).",
+        "rates from first to last record, group join excluded; the readers run alternately, "
+        f"{args.rounds} rounds, medians).",
         "",
-        "| reader | events/s |",
-        "|---|---|",
-        f"| producer (for reference) | {produce_rate:,.0f} |",
-        f"| bare `KafkaConsumer`, `json.loads` per record (before / after the service) | {bare:,.0f} / {bare2:,.0f} |",
-        f"| monitor service: validate (orjson per batch), score (grid-kNN), window, entity dedupe | {svc:,.0f} |",
-        f"| **ratio service / bare (mean of the two bare runs)** | **{svc / bare_mean:.2f}** |",
+        "| reader | events/s (median) | runs |",
+        "|---|---|---|",
+        f"| producer (for reference) | {produce_rate:,.0f} | |",
+        f"| bare `KafkaConsumer`, `json.loads` per record | {bare:,.0f} | {runs(bares)} |",
+        f"| monitor service (kafka-python): validate (orjson per batch), score (grid-kNN), window, entity dedupe | {svc:,.0f} | {runs(svcs)} |",
+        f"| **ratio service / bare** | **{svc / bare:.2f}** | |",
+    ]
+    if args.confluent:
+        ck_bare, ck_svc = float(np.median(ck_bares)), float(np.median(ck_svcs))
+        lines += [
+            f"| bare confluent-kafka `Consumer`, `json.loads` per record | {ck_bare:,.0f} | {runs(ck_bares)} |",
+            f"| monitor service, `stream.input_backend: confluent` | {ck_svc:,.0f} | {runs(ck_svcs)} |",
+            f"| **ratio service confluent / service kafka-python** | **{ck_svc / svc:.2f}** | |",
+        ]
+    lines += [
         "",
         f"Service event statuses: {counts}. The machine (2 cores) was shared with other jobs during "
         "the run, so absolute rates are below INFRA.md's idle figures; the ratio is what the run compares. "
