@@ -180,7 +180,7 @@ def release_latencies(bootstrap: str, tmp: Path, per_window: int, windows: int, 
     thread.join()
     # The first window started before the traffic: leave it out.
     sizes = [json.loads(line)["n_events"] for line in audit.read_text().splitlines()]
-    return service.release_latencies[1:], sizes[1:], cfg.release.top_h
+    return service.release_latencies[1:], sizes[1:], cfg.report.top_h
 
 
 _CAUGHT_UP = re.compile(r"^(\S+ \S+) INFO monitor.stream: stage 1: partition (\d+) caught up \((\d+) records in ([\d.]+) s\)")

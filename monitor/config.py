@@ -5,7 +5,7 @@ program before it touches any data, with the dotted path of the bad key.
 
 >>> cfg = MonitorConfig.model_validate({"features": [{"name": "hr", "min": 30, "max": 220}]})
 >>> cfg.window.size_seconds
-3600.0
+300.0
 >>> cfg.feature_names
 ['hr']
 """
@@ -26,7 +26,8 @@ __all__ = [
     "ModelSettings",
     "StreamSettings",
     "WindowSettings",
-    "ReleaseSettings",
+    "ReportSettings",
+    "AlarmSettings",
     "BudgetSettings",
     "MetricsSettings",
     "MonitorConfig",
@@ -116,7 +117,11 @@ class StreamSettings(_Strict):
 class WindowSettings(_Strict):
     """Tumbling event-time windows."""
 
-    size_seconds: float = Field(3600.0, gt=0, description="Window length.")
+    publish_delay_seconds: float = Field(
+        5.0, ge=0, description="Each window's alert is stamped and published this long after the window's close time, "
+        "whatever the window held, so that when it appears says nothing about the data (a slower release is published late and counted)."
+    )
+    size_seconds: float = Field(300.0, gt=0, description="Window length.")
     allowed_lateness_seconds: float = Field(5.0, ge=0, description="How long after its end a window waits for late events before it closes.")
     release_grace_seconds: float = Field(
         30.0, ge=0,
@@ -130,21 +135,66 @@ class WindowSettings(_Strict):
     )
 
 
-class ReleaseSettings(_Strict):
-    """What each window releases and the privacy share of each value (DESIGN 3)."""
+class AlarmSettings(_Strict):
+    """The continual private surge alarm (DESIGN 7): one private yes/no per window, paid only when it pages."""
 
+    enabled: bool = Field(True, description="Answer the surge question every window.")
+    contamination: float = Field(
+        0.02, gt=0, lt=0.5, description="Share of the model's own noisy mass above the alarm's score threshold: the alarm counts "
+        "events flagged at this (strict) rate, a public post-processing of the model."
+    )
+    threshold: float = Field(15.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
+    z: float = Field(3.0, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
+    rate_margin: float = Field(
+        0.1, ge=0, description="Extra margin as a share of the expected flagged count (rate x mean events): the normal rate "
+        "varies within a day, with who is online, more than the daily baseline can follow."
+    )
+    epsilon_threshold: float = Field(0.4, gt=0, description="Epsilon of one run's noisy threshold.")
+    epsilon_queries: float = Field(0.4, gt=0, description="Epsilon of one run's positive answers (all its negative answers are free).")
+    max_positives: int = Field(1, ge=1, description="Pages one run may give before a new run is charged.")
+    hold_windows: int = Field(3, ge=0, description="Windows that keep paging after a positive answer, with no query and no cost.")
+    baseline_warmup_seconds: float = Field(10800.0, gt=0, description="Span of the first baseline estimate; the alarm starts after it.")
+    baseline_refresh_seconds: float = Field(86400.0, gt=0, description="Span of each later baseline estimate (a public schedule).")
+    epsilon_baseline_flagged: float = Field(0.15, gt=0, description="Epsilon of a baseline estimate's flagged total.")
+    epsilon_baseline_events: float = Field(0.02, gt=0, description="Epsilon of a baseline estimate's event total.")
+    baseline_flag_cap: int = Field(
+        64, ge=1, description="Flagged events of one entity counted per baseline span (clipping bounds the estimate's sensitivity; "
+        "a normal person is rarely flagged). Used with stream.entity_field; without it each event is its own unit."
+    )
+
+    @property
+    def run_epsilon(self) -> float:
+        """What one AboveThreshold run costs (pure DP)."""
+        return self.epsilon_threshold + self.epsilon_queries
+
+    @property
+    def baseline_epsilon(self) -> float:
+        """What one baseline estimate costs (pure DP)."""
+        return self.epsilon_baseline_flagged + self.epsilon_baseline_events
+
+
+class ReportSettings(_Strict):
+    """A window's detailed report (DESIGN 3 and 7): on a page, and on a public schedule."""
+
+    on_alarm: bool = Field(True, description="Release a detailed report of every window that pages.")
+    every_seconds: float | None = Field(
+        None, gt=0, description="Also release a detailed report of one window every so many seconds (a public schedule); null: only on pages."
+    )
+    epsilon_events: float = Field(0.05, gt=0, description="Epsilon of the report's event count (sensitivity 1).")
+    epsilon_grids: float = Field(0.3, gt=0, description="Epsilon of picking the model grid with the most flagged events (report-noisy-max).")
+    epsilon_grid_count: float = Field(0.1, gt=0, description="Epsilon of that grid's flagged count (sensitivity 1).")
     k: int = Field(5, ge=1, description="An event is an outlier when fewer than k other events lie within radius.")
     radius: float = Field(0.1, gt=0, description="Neighbourhood radius in the scaled [0,1] space (normalised distance).")
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
         "auto", description="Noise mechanism for outlier counts; auto picks from public parameters."
     )
-    epsilon_count: float = Field(0.8, gt=0, description="Epsilon of the full-space outlier count.")
+    epsilon_count: float = Field(0.1, gt=0, description="Epsilon of the full-space outlier count (coarse at small shares: a clustered surge does not move it anyway).")
     delta_count: float = Field(1e-9, ge=0, lt=1, description="Delta of the full-space outlier count.")
-    epsilon_flagged: float = Field(0.2, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
-    top_h: int = Field(2, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
+    epsilon_flagged: float = Field(0.1, gt=0, description="Epsilon of the count of events the model flags (sensitivity 1).")
+    top_h: int = Field(1, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
     subspace_dims: int = Field(1, ge=1, description="Dimension of the candidate subspaces.")
-    epsilon_top: float = Field(0.3, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
-    epsilon_top_count: float = Field(0.1, gt=0, description="Epsilon of each chosen subspace's count.")
+    epsilon_top: float = Field(0.1, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
+    epsilon_top_count: float = Field(0.05, gt=0, description="Epsilon of each chosen subspace's count.")
     delta_top_count: float = Field(1e-10, ge=0, lt=1, description="Delta of each chosen subspace's count.")
 
     def top_h_for(self, n_features: int) -> int:
@@ -153,34 +203,40 @@ class ReleaseSettings(_Strict):
             return 0
         return min(self.top_h, math.comb(n_features, self.subspace_dims))
 
-    def window_cost(self, n_features: int) -> tuple[float, float]:
-        """(epsilon, delta) one released window costs, by basic composition of its parts.
+    def cost(self, n_features: int, n_grids: int = 0) -> tuple[float, float]:
+        """(epsilon, delta) one detailed report costs, by basic composition of its parts.
 
         Uses ``top_h_for(n_features)``, so the ledger, the alert record, the config check and
-        ``monitor budget`` all state what is really spent.
+        ``monitor budget`` all state what is really spent. The grid part is paid only
+        when the model has more than one grid (``n_grids``).
 
-        >>> ReleaseSettings(epsilon_count=0.4, epsilon_flagged=0.2, epsilon_top=0.2, epsilon_top_count=0.1,
-        ...                 delta_count=1e-6, delta_top_count=1e-7, top_h=5).window_cost(n_features=2)
-        (1.0, 1.2e-06)
+        >>> ReportSettings(epsilon_count=0.4, epsilon_flagged=0.2, epsilon_top=0.2, epsilon_top_count=0.1, epsilon_events=0.1,
+        ...                delta_count=1e-6, delta_top_count=1e-7, top_h=5).cost(n_features=2)
+        (1.1, 1.2e-06)
         """
         h = self.top_h_for(n_features)
-        eps = self.epsilon_count + self.epsilon_flagged
+        parts = [self.epsilon_count, self.epsilon_flagged, self.epsilon_events]
+        if n_grids > 1:
+            parts += [self.epsilon_grids, self.epsilon_grid_count]
         delta = self.delta_count
         if h:
-            eps += self.epsilon_top + h * self.epsilon_top_count
+            parts += [self.epsilon_top] + [self.epsilon_top_count] * h
             delta += h * self.delta_top_count
-        return eps, delta
+        return math.fsum(parts), delta
 
 
 class BudgetSettings(_Strict):
     """The budget accountant (DESIGN 4)."""
 
     period_seconds: float = Field(86400.0, gt=0, description="Rolling period the budget applies to.")
-    epsilon: float = Field(40.0, gt=0, description="Total epsilon per privacy unit per period.")
-    delta: float = Field(1e-5, ge=0, lt=1, description="Total delta per privacy unit per period.")
-    accountant: Literal["basic", "pld"] = Field("pld", description="Composition: basic sums, or privacy-loss distributions (tighter).")
+    epsilon: float = Field(12.0, gt=0, description="Total epsilon per privacy unit per period.")
+    delta: float = Field(1e-6, ge=0, lt=1, description="Total delta per privacy unit per period.")
+    accountant: Literal["basic", "pld"] = Field("basic", description="Composition: basic sums, or privacy-loss distributions (tighter).")
     ledger: Path = Field(Path("monitor-ledger.sqlite"), description="SQLite ledger of released windows.")
-    reference_epsilon: float = Field(5.0, gt=0, description="Total epsilon for the reference data (fit and identify queries).")
+    reference_epsilon: float = Field(5.0, gt=0, description="Total epsilon-DP for the reference data (fit and DP identify queries); never refills.")
+    reference_sensitive_epsilon: float = Field(
+        5.0, gt=0, description="Total epsilon of each (epsilon, k)-sensitive-privacy notion of identify answers, kept apart from the DP total."
+    )
     reference_ledger: Path = Field(Path("reference-ledger.sqlite"), description="SQLite ledger of the reference data.")
 
 
@@ -188,8 +244,11 @@ class MetricsSettings(_Strict):
     """The Prometheus endpoint."""
 
     host: str = Field("127.0.0.1", description="Address to serve /metrics on.")
-    port: int = Field(9108, ge=0, le=65535, description="Port to serve /metrics on; 0 picks a free one.")
-    outlier_alert_level: float = Field(150.0, description="Released outlier count above which the surge alert counts a window.")
+    port: int = Field(9108, ge=0, le=65535, description="Port of /metrics for analysts and dashboards: private values and public facts only; 0 picks a free one.")
+    operational_port: int | None = Field(
+        9109, ge=0, le=65535, description="Port of the operators' /metrics (events, dead letters, lag, latency: NOT private, "
+        "never for analysts); 0 picks a free one, null turns it off."
+    )
 
 
 class MonitorConfig(_Strict):
@@ -199,7 +258,8 @@ class MonitorConfig(_Strict):
     model: ModelSettings = Field(default_factory=ModelSettings)
     stream: StreamSettings = Field(default_factory=StreamSettings)
     window: WindowSettings = Field(default_factory=WindowSettings)
-    release: ReleaseSettings = Field(default_factory=ReleaseSettings)
+    alarm: AlarmSettings = Field(default_factory=AlarmSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
@@ -215,23 +275,26 @@ class MonitorConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "MonitorConfig":
-        if self.release.subspace_dims > len(self.features):
+        if self.report.subspace_dims > len(self.features):
             raise ValueError(
-                f"release.subspace_dims ({self.release.subspace_dims}) exceeds the number of features ({len(self.features)})"
+                f"report.subspace_dims ({self.report.subspace_dims}) exceeds the number of features ({len(self.features)})"
             )
-        r = self.release
+        r = self.report
         if r.mechanism in ("laplace", "gaussian"):
             # These smooth mechanisms are (epsilon, delta)-DP only for delta > 0.
             if r.delta_count == 0:
-                raise ValueError(f"release.delta_count must be positive with release.mechanism {r.mechanism!r}")
+                raise ValueError(f"report.delta_count must be positive with report.mechanism {r.mechanism!r}")
             if r.top_h and r.delta_top_count == 0:
-                raise ValueError(f"release.delta_top_count must be positive with release.mechanism {r.mechanism!r}")
-        eps, delta = self.release.window_cost(len(self.features))
-        if eps > self.budget.epsilon or delta > self.budget.delta:
-            raise ValueError(
-                f"one window costs (epsilon={eps:g}, delta={delta:g}), more than the period budget "
-                f"(epsilon={self.budget.epsilon:g}, delta={self.budget.delta:g}): no window could ever be released"
-            )
+                raise ValueError(f"report.delta_top_count must be positive with report.mechanism {r.mechanism!r}")
+        b = self.budget
+        for what, (eps, delta) in (("one detailed report", self.report.cost(len(self.features))),
+                                   ("one alarm run", (self.alarm.run_epsilon, 0.0)),
+                                   ("one baseline estimate", (self.alarm.baseline_epsilon, 0.0))):
+            if eps > b.epsilon or delta > b.delta:
+                raise ValueError(
+                    f"{what} costs (epsilon={eps:g}, delta={delta:g}), more than the period budget "
+                    f"(epsilon={b.epsilon:g}, delta={b.delta:g}): it could never be paid"
+                )
         return self
 
     @property
@@ -244,13 +307,20 @@ class MonitorConfig(_Strict):
         return [(f.min, f.max) for f in self.features]
 
 
+# Keys of earlier versions, with what replaced them.
+_RENAMED = {
+    "release": "renamed `report` (the detailed report of a window that pages); move its keys there",
+    "metrics.outlier_alert_level": "removed: the surge alert now fires on the private alarm (see the `alarm` block)",
+}
+
+
 def _format_error(err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration in {source}:"]
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check its spelling)"
+            msg = _RENAMED.get(path, "unknown key (check its spelling)")
         lines.append(f"  {path}: {msg}")
     return "\n".join(lines)
 

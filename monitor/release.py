@@ -1,32 +1,39 @@
-"""What one window releases: the private part of the alert record (DESIGN 3).
+"""What each window publishes: the alarm answer, and sometimes a detailed report (DESIGN 3, 7).
 
-Broker-free on purpose: the service calls :func:`release_window` at each window close,
-and the tests call it with no Kafka at all.
+Broker-free on purpose: the service (``monitor run``) and ``monitor replay`` both hand
+their closed windows, in order, to one :class:`WindowReleaser`, and the tests call it
+with no Kafka at all.
 
-A window releases, each with its own share of the budget (``ReleaseSettings``):
+Every window's alert record holds:
 
-- ``outlier_count``: the number of events with fewer than ``k`` other events within
-  ``radius`` in the full feature space (smooth or global sensitivity, picked from public
-  parameters by ``monitor.outliers.private_count``);
-- ``flagged_count``: the number of events the model flags (sensitivity 1, Laplace);
-- ``top_subspaces``: the ``top_h`` candidate subspaces with the most outliers (exponential
-  mechanism), each with its own private outlier count.
+- ``alarm``: the private surge answer (``monitor.alarm.SurgeAlarm``), paid once per
+  AboveThreshold run, not per window;
+- ``baseline``: on the baseline's public schedule, the released normal flagged rate;
+- ``report``: on a page (and on ``report.every_seconds``' public schedule), a detailed
+  report of the window (:func:`release_report`), each part with its own share;
+- the charges made with this window, and the budget after them.
 
-The decision to release, and what a release costs, never depend on the data:
-``ReleaseSettings.window_cost`` is a function of the settings and the number of features only.
+Whether a charge is made depends on public things (the calendar, the config, the ledger)
+and on the alarm's published answer, never on the data directly.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
-from monitor.config import ReleaseSettings
+from monitor.alarm import AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeAlarm
+from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import laplace_count, noise_source
+from monitor.features import scale_to_unit
 from monitor.outliers import private_count, private_top_subspaces
+from monitor.stream.windows import ClosedWindow
 
-__all__ = ["release_window"]
+__all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
 
 
 def _public(release) -> dict:
@@ -35,37 +42,44 @@ def _public(release) -> dict:
             "delta": float(release.delta), "mechanism": str(release.mechanism)}
 
 
-def release_window(
+def release_report(
     X_scaled: "np.ndarray | Sequence[Sequence[float]]",
     flagged: "np.ndarray | Sequence[bool]",
-    settings: ReleaseSettings,
+    settings: ReportSettings,
     feature_names: Sequence[str],
     rng: "None | int | np.random.Generator" = None,
+    grid_flagged: "np.ndarray | None" = None,
+    grid_names: Sequence[str] = (),
 ) -> dict:
-    """Release one window's values; returns the private part of the alert record.
+    """Release one window's detailed report; returns its JSON-ready dict.
 
     Parameters
     ----------
     X_scaled:
-        The window's events, shape (n, d), already scaled to [0, 1] with the public
-        bounds (``monitor.features.scale_to_unit``). n may be 0: an empty window
-        releases noise around 0, like any other.
+        The window's events, shape (n, d), scaled to [0, 1] with the public bounds. n
+        may be 0: an empty window releases noise around 0, like any other.
     flagged:
         Shape (n,): which events the model flags.
     settings:
-        The ``release`` block of the config: k, radius, mechanism, epsilon shares.
+        The ``report`` block of the config: k, radius, mechanism, epsilon shares.
     feature_names:
         The d feature names, for the ``features`` field of each top subspace.
     rng:
         None in production (OpenDP); a seed or Generator for tests.
+    grid_flagged, grid_names:
+        Shape (n, G): which events each of the model's G grids flags, and the grids'
+        names. With G > 1 the report names the grid with the most flagged events
+        (report-noisy-max) and releases its count.
 
-    Guarantee: (epsilon, delta)-DP for add/remove neighbouring windows, with
-    (epsilon, delta) = ``settings.window_cost(d)`` (basic composition of the parts), provided
-    each privacy unit contributes at most one event to the window.
+    Guarantee: (epsilon, delta)-DP for add/remove neighbouring windows, with (epsilon,
+    delta) = ``settings.cost(d, G)`` (basic composition of the parts), provided each
+    privacy unit contributes at most one event to the window. Counts of events and of
+    flags have sensitivity 1; one event moves every grid's count by at most 1, so the
+    grid pick (permute-and-flip, scale 2 / epsilon_grids) is epsilon_grids-DP.
 
-    >>> rec = release_window(np.zeros((0, 2)), np.zeros(0, bool), ReleaseSettings(top_h=1), ["hr", "spo2"], rng=1)
+    >>> rec = release_report(np.zeros((0, 2)), np.zeros(0, bool), ReportSettings(top_h=1), ["hr", "spo2"], rng=1)
     >>> sorted(rec)
-    ['delta', 'epsilon', 'flagged_count', 'outlier_count', 'top_subspaces', 'top_subspaces_epsilon']
+    ['delta', 'epsilon', 'event_count', 'flagged_count', 'outlier_count', 'top_grid', 'top_subspaces', 'top_subspaces_epsilon']
     """
     d = len(feature_names)
     X = np.asarray(X_scaled, dtype=float).reshape(-1, d)
@@ -77,10 +91,9 @@ def release_window(
     src = noise_source(rng)
     k, r, mechanism = settings.k, settings.radius, settings.mechanism
 
-    outliers = private_count(
-        X, k, r, settings.epsilon_count, settings.delta_count, mechanism=mechanism, rng=src
-    )
+    outliers = private_count(X, k, r, settings.epsilon_count, settings.delta_count, mechanism=mechanism, rng=src)
     flagged_release = laplace_count(int(flagged.sum()), settings.epsilon_flagged, sensitivity=1.0, rng=src)
+    events_release = laplace_count(X.shape[0], settings.epsilon_events, sensitivity=1.0, rng=src)
 
     top: list[dict] = []
     h = settings.top_h_for(d)
@@ -98,12 +111,210 @@ def release_window(
                 "count": _public(count),
             })
 
-    epsilon, delta = settings.window_cost(d)
+    n_grids = len(grid_names)
+    top_grid = None
+    if n_grids > 1:
+        G = np.asarray(grid_flagged, dtype=bool).reshape(X.shape[0], n_grids)
+        counts = G.sum(axis=0).astype(float)
+        pick = src.top_k(counts, 1, scale=2.0 / settings.epsilon_grids)[0]
+        top_grid = {
+            "grid": grid_names[pick],
+            "selection": {"epsilon": settings.epsilon_grids, "delta": 0.0, "mechanism": "exponential"},
+            "flagged_count": _public(laplace_count(int(counts[pick]), settings.epsilon_grid_count, sensitivity=1.0, rng=src)),
+        }
+
+    epsilon, delta = settings.cost(d, n_grids)
     return {
+        "event_count": _public(events_release),
         "outlier_count": _public(outliers),
         "flagged_count": _public(flagged_release),
         "top_subspaces": top,
         "top_subspaces_epsilon": settings.epsilon_top if h else 0.0,
+        "top_grid": top_grid,
         "epsilon": epsilon,
         "delta": delta,
     }
+
+
+@dataclass(frozen=True)
+class ReleasedWindow:
+    """What ``WindowReleaser.release`` stored: the ledger entry, and whether it was new."""
+
+    entry: Any
+    replayed: bool
+
+
+class WindowReleaser:
+    """Decide, draw and record each window's alert record, in window order.
+
+    One instance per process, fed every scheduled window once, oldest first. It keeps the
+    alarm's and the baseline's state between windows; after a restart it resumes from
+    the ledger (the last published baseline; runs still open are closed, since their
+    noisy threshold died with the old process, so a new run is charged).
+
+    Parameters
+    ----------
+    config:
+        The validated configuration.
+    accountant:
+        The stream's ``BudgetAccountant`` (its ledger records everything).
+    model:
+        The fitted ``GridKNN``: its flags feed the alarm and the reports.
+    rng:
+        None in production (OpenDP noise); a seed for tests.
+    audit:
+        TESTS AND BENCHMARKS ONLY: called with each window and its TRUE statistics
+        (events, alarm-flagged events): inside the trust boundary, never published.
+    """
+
+    def __init__(self, config: MonitorConfig, accountant, model, rng=None, audit=None) -> None:
+        self.config = config
+        self._audit = audit
+        self.accountant = accountant
+        self.ledger = accountant.ledger
+        self.model = model
+        self._noise = noise_source(rng)
+        a = config.alarm
+        self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_queries, a.threshold, a.z, a.hold_windows, a.max_positives,
+                                a.rate_margin, rng=self._noise)
+        self.baseline = BaselineTracker(a.epsilon_baseline_flagged, a.epsilon_baseline_events, config.window.size_seconds,
+                                        a.baseline_warmup_seconds, a.baseline_refresh_seconds,
+                                        flag_cap=a.baseline_flag_cap if config.stream.entity_field else None, rng=self._noise)
+        # Public post-processing of the model: the alarm's strict threshold, and each grid's
+        # own at the same rate (which grid's flags rose is what a report points at).
+        self.alarm_threshold = float(model.threshold_for(a.contamination))
+        self.n_grids = len(getattr(model, "grids_", ()))
+        self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
+        self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
+        self.report_cost = config.report.cost(len(config.features), self.n_grids)
+        self._resume()
+
+    # -- start-up ---------------------------------------------------------------------
+    def _resume(self) -> None:
+        last = self.ledger.last_released()
+        if last is None:
+            return
+        for charge_id, *_ in self.ledger.span_charges("alarm_run", after=last.window_end):
+            self.ledger.end_charge(charge_id, last.window_end)
+        for entry in reversed(self.ledger.entries(since=last.window_end - self.config.alarm.baseline_refresh_seconds * 2)):
+            if entry.payload is None:
+                continue
+            base = json.loads(entry.payload).get("baseline_in_use")
+            if base:
+                self.baseline.resume(BaselineEstimate.from_dict(base))
+                return
+
+    # -- one window ---------------------------------------------------------------------
+    def release(self, window: ClosedWindow, released_at: float) -> ReleasedWindow:
+        """Release (or find in the ledger) the alert record of ``window``.
+
+        Everything is one ledger transaction: the window's row, the charges it makes and
+        the alert record commit together, or not at all (a crash before the commit leaves
+        nothing, and the window is released afresh after the restart).
+        """
+        with self.ledger.transaction():
+            existing = self.ledger.get(window.start)
+            if existing is not None:
+                return ReleasedWindow(existing, replayed=True)
+            record, cost = self._record(window, released_at)
+            entry = self.ledger.record_release(window.start, window.end, *cost, json.dumps(record))
+        return ReleasedWindow(entry, replayed=False)
+
+    def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = ()) -> bool:
+        # The window's own row is written last; span charges made so far are already in
+        # the ledger (same transaction), so decide() sees them.
+        costs = [cost, *reserve]
+        total = (math.fsum(c[0] for c in costs), math.fsum(c[1] for c in costs))
+        return self.accountant.decide(window.start, window.end, total).released
+
+    def _record(self, window: ClosedWindow, released_at: float) -> tuple[dict, tuple[float, float]]:
+        cfg = self.config
+        X = window.X
+        n = window.n_events
+        scores = self.model.score_samples(X) if n else np.zeros(0)
+        model_flags = scores > self.model.threshold_
+        alarm_flags = scores > self.alarm_threshold
+        alarm_flagged = int(np.count_nonzero(alarm_flags))
+        if self._audit is not None:
+            self._audit(window, {"events": n, "alarm_flagged": alarm_flagged})
+        charges: list[dict] = []
+
+        # Baseline: accumulate, and release on its public schedule.
+        self.baseline.learn_one(window.start, window.end, alarm_flags, window.entities if self.baseline.flag_cap else ())
+        released_baseline = None
+        if self.baseline.due(window.end):
+            span_start, _ = self.baseline.span_bounds()
+            cost = (self.baseline.epsilon, 0.0)
+            if self._fits(window, cost):
+                self.ledger.add_charge("baseline", span_start, window.end, *cost)
+                released_baseline = self.baseline.release(window.end)
+                charges.append({"kind": "baseline", "epsilon": cost[0], "delta": 0.0, "span": [span_start, window.end]})
+            else:  # not paid: the next span starts afresh, the old estimate stays in use
+                self.baseline.skip()
+
+        # Alarm: open (and charge) a run when one is needed, then answer.
+        answer: AlarmAnswer
+        if not cfg.alarm.enabled:
+            answer = AlarmAnswer("off", None, 0.0, None, None)
+        else:
+            if self.baseline.estimate is not None and self.alarm.needs_run():
+                cost = (self.alarm.epsilon, 0.0)
+                if self._fits(window, cost):
+                    # Charged over the longest span it may answer (one period); shortened
+                    # when it ends, so a crash can only over-count.
+                    span_end = window.start + cfg.budget.period_seconds
+                    run_id = self.ledger.add_charge("alarm_run", window.start, span_end, *cost)
+                    self.alarm.open_run(run_id)
+                    charges.append({"kind": "alarm_run", "run": run_id, "epsilon": cost[0], "delta": 0.0,
+                                    "span": [window.start, span_end]})
+            answer = self.alarm.answer_one(alarm_flagged, n, self.baseline.estimate)
+            if answer.state == "fired" and self.alarm.run is None:  # the run is exhausted: its span ends here
+                self.ledger.end_charge(answer.run, window.end)
+
+        # Detailed report: on a page, or on its public schedule, if the budget allows it
+        # and still leaves room for the next alarm run.
+        reason = None
+        if answer.state == "fired" and cfg.report.on_alarm:
+            reason = "alarm"
+        elif cfg.report.every_seconds and _on_schedule(window.start, window.end, cfg.report.every_seconds):
+            reason = "schedule"
+        report = None
+        window_cost = (0.0, 0.0)
+        if reason is not None:
+            reserve = [(self.alarm.epsilon, 0.0)] if cfg.alarm.enabled else []
+            if self._fits(window, self.report_cost, reserve):
+                report = {"reason": reason, **self._report(window, model_flags)}
+                window_cost = self.report_cost
+            else:
+                report = {"reason": reason, "suppressed": "budget"}
+
+        decision = self.accountant.decide(window.start, window.end, (0.0, 0.0))
+        record = {
+            "window_start": window.start,
+            "window_end": window.end,
+            "released_at": released_at,
+            "alarm": answer.alarm,
+            "alarm_detail": answer.as_dict(),
+            "baseline": None if released_baseline is None else released_baseline.as_dict(),
+            "baseline_in_use": None if self.baseline.estimate is None else self.baseline.estimate.as_dict(),
+            "report": report,
+            "charges": charges + ([{"kind": "report", "epsilon": window_cost[0], "delta": window_cost[1]}] if report and "suppressed" not in report else []),
+            "epsilon": math.fsum(c["epsilon"] for c in charges) + window_cost[0],
+            "delta": math.fsum(c["delta"] for c in charges) + window_cost[1],
+            "budget": decision.budget_record(),
+        }
+        return record, window_cost
+
+    def _report(self, window: ClosedWindow, flagged: np.ndarray) -> dict:
+        cfg = self.config
+        X = scale_to_unit(window.X, cfg.bounds) if window.n_events else np.zeros((0, len(cfg.features)))
+        grid_flagged = None
+        if self.n_grids > 1:
+            grid_flagged = self.model.grid_scores(window.X) > self.grid_thresholds[None, :]
+        return release_report(X, flagged, cfg.report, cfg.feature_names, rng=self._noise,
+                              grid_flagged=grid_flagged, grid_names=self.grid_names)
+
+
+def _on_schedule(start: float, end: float, every: float) -> bool:
+    """True for the window that holds a multiple of ``every`` (epoch-aligned, public)."""
+    return math.floor((end - 1e-9) / every) > math.floor((start - 1e-9) / every)

@@ -63,7 +63,7 @@ def require_service() -> None:
         ("monitor.stream.cli", "configure_run"),
         ("monitor.budget", "WindowLedger"),
         ("monitor.model", "GridKNN"),
-        ("monitor.release", "release_window"),
+        ("monitor.release", "WindowReleaser"),
         ("monitor.outliers", "private_count"),
         ("monitor.outliers", "private_top_subspaces"),
     ]:
@@ -128,9 +128,12 @@ def write_config(directory: Path, *, bootstrap: str, model_path: Path, prefix: s
             # The service's defaults (6 s session) make each restart wait ~3 s to join.
             "kafka": {**FAST_GROUP, **(kafka or {})},
         },
-        "window": {"size_seconds": window_seconds, "allowed_lateness_seconds": lateness_seconds,
+        "window": {"size_seconds": window_seconds, "allowed_lateness_seconds": lateness_seconds, "publish_delay_seconds": 0.0,
                    "release_grace_seconds": grace_seconds},
-        "release": {"k": 3, "radius": 0.1, "top_h": 1, "subspace_dims": 1},
+        # A detailed report with every window (a public schedule), so every window costs the
+        # same and "charged once" is checkable window by window; the alarm is tested elsewhere.
+        "alarm": {"enabled": False},
+        "report": {"k": 3, "radius": 0.1, "top_h": 1, "subspace_dims": 1, "every_seconds": window_seconds},
         "budget": {
             "epsilon": 10_000.0,
             "delta": 0.5,
@@ -139,7 +142,7 @@ def write_config(directory: Path, *, bootstrap: str, model_path: Path, prefix: s
             "ledger": str(directory / "ledger.sqlite"),
             "reference_ledger": str(directory / "reference-ledger.sqlite"),
         },
-        "metrics": {"host": "127.0.0.1", "port": metrics_port},
+        "metrics": {"host": "127.0.0.1", "port": metrics_port, "operational_port": 0},
     }
     path = directory / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -151,7 +154,7 @@ def window_cost(config_path: Path) -> tuple[float, float]:
     from monitor.config import load_config
 
     cfg = load_config(config_path)
-    return cfg.release.window_cost(len(cfg.features))
+    return cfg.report.cost(len(cfg.features))
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

@@ -21,7 +21,7 @@ def config_path(tmp_path: Path) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(
         "features: [{name: hr, min: 30, max: 220}]\n"
-        "release: {top_h: 0, epsilon_count: 0.8, epsilon_flagged: 0.2, delta_count: 1.0e-6}\n"
+        "report: {top_h: 0, epsilon_count: 0.8, epsilon_flagged: 0.2, delta_count: 1.0e-6}\n"
         "budget: {period_seconds: 600, epsilon: 3.0, delta: 1.0e-5, accountant: basic,\n"
         "         ledger: ledgers/windows.sqlite, reference_epsilon: 5.0, reference_ledger: ledgers/reference.sqlite}\n"
     )
@@ -55,7 +55,7 @@ def test_json_report_of_both_ledgers(config_path: Path, capsys) -> None:
     assert s["at"] == 360.0 and s["accountant"] == "basic"
     assert s["in_period"] == {"released": 3, "suppressed": 3}
     assert s["epsilon_spent"] == 3.0 and s["epsilon_remaining"] == 0.0
-    assert s["window_cost"] == {"epsilon": 1.0, "delta": 1e-6}
+    assert set(s["costs"]) == {"alarm_run", "baseline", "report"} and s["costs"]["alarm_run"]["delta"] == 0.0
     assert s["unpublished"] == 2 and len(s["recent"]) == 6
     assert r["epsilon_spent"] == 1.25 and r["epsilon_remaining"] == 3.75
     assert [c["purpose"] for c in r["charges"]] == ["fit", "identify"]

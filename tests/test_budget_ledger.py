@@ -29,7 +29,7 @@ def test_empty_ledger_is_created_in_wal_mode(tmp_path: Path) -> None:
         assert led.entries() == [] and led.unpublished() == []
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_payload_round_trips_byte_for_byte(ledger: WindowLedger) -> None:
@@ -146,3 +146,33 @@ def test_last_released_skips_later_suppressed_windows(ledger: WindowLedger) -> N
     ledger.record_suppressed(60.0, 120.0, "budget")
     last = ledger.last_released()
     assert (last.window_start, last.payload) == (0.0, "a")
+
+
+def test_a_version_1_window_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE windows (window_start REAL PRIMARY KEY, window_end REAL NOT NULL, status TEXT NOT NULL, "
+                 "epsilon REAL NOT NULL, delta REAL NOT NULL, payload BLOB, reason TEXT, recorded_at REAL NOT NULL, "
+                 "published INTEGER NOT NULL DEFAULT 0)")
+    conn.execute("INSERT INTO windows VALUES (0, 60, 'released', 1.0, 0.0, X'7B7D', NULL, 1.0, 1)")
+    conn.execute("PRAGMA application_id=1146115889")  # "DPW1"
+    conn.execute("PRAGMA user_version=1")
+    conn.commit()
+    conn.close()
+    with WindowLedger(path) as led:
+        assert led.charge_counts(-1, 61) == {(1.0, 0.0): 1}
+        led.add_charge("alarm_run", 60, 3660, 0.8)
+        assert led.charge_counts(-1, 120) == {(1.0, 0.0): 1, (0.8, 0.0): 1}
+
+
+def test_a_span_charge_counts_in_every_period_it_touches_and_can_only_shrink(ledger: WindowLedger) -> None:
+    run = ledger.add_charge("alarm_run", 100.0, 1000.0, 0.8)
+    assert ledger.charge_counts(0, 150) == {(0.8, 0.0): 1}      # it started in the period
+    assert ledger.charge_counts(900, 2000) == {(0.8, 0.0): 1}   # it still runs in the period
+    assert ledger.charge_counts(1000, 2000) == {}               # it ended before the period
+    ledger.end_charge(run, 400.0)
+    assert ledger.charge_counts(500, 2000) == {}
+    ledger.end_charge(run, 5000.0)  # never lengthened
+    assert ledger.span_charges()[0][3] == 400.0
+    ledger.record_release(0.0, 60.0, 0.0, 0.0, "{}")  # a free window costs nothing
+    assert ledger.charge_counts(0, 150) == {(0.8, 0.0): 1}

@@ -25,13 +25,22 @@ def test_bad_bounds_name_the_feature():
 
 
 def test_negative_epsilon_is_refused():
-    with pytest.raises(ConfigError, match=r"release\.epsilon_count"):
-        parse_config({**BASE, "release": {"epsilon_count": -1}})
+    with pytest.raises(ConfigError, match=r"report\.epsilon_count"):
+        parse_config({**BASE, "report": {"epsilon_count": -1}})
 
 
-def test_window_costing_more_than_the_budget_is_refused():
-    with pytest.raises(ConfigError, match="more than the period budget"):
+def test_keys_of_earlier_versions_say_what_replaced_them():
+    with pytest.raises(ConfigError, match=r"release: renamed `report`"):
+        parse_config({**BASE, "release": {"top_h": 1}})
+    with pytest.raises(ConfigError, match=r"metrics.outlier_alert_level: removed"):
+        parse_config({**BASE, "metrics": {"outlier_alert_level": 150}})
+
+
+def test_a_report_or_run_costing_more_than_the_budget_is_refused():
+    with pytest.raises(ConfigError, match="one detailed report costs .* more than the period budget"):
         parse_config({**BASE, "budget": {"epsilon": 0.2}})
+    with pytest.raises(ConfigError, match="one alarm run costs .* more than the period budget"):
+        parse_config({**BASE, "budget": {"epsilon": 1.0}, "alarm": {"epsilon_queries": 0.9}})
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path):
@@ -48,7 +57,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
 def test_smooth_mechanism_with_zero_delta_is_refused_at_start(mechanism):
-    with pytest.raises(ConfigError, match=rf"release.delta_top_count must be positive with release.mechanism '{mechanism}'"):
-        parse_config({**BASE, "release": {"mechanism": mechanism, "delta_top_count": 0}})
+    with pytest.raises(ConfigError, match=rf"report.delta_top_count must be positive with report.mechanism '{mechanism}'"):
+        parse_config({**BASE, "report": {"mechanism": mechanism, "delta_top_count": 0}})
     # Pure mechanisms need no delta.
-    parse_config({**BASE, "release": {"mechanism": "student_t", "delta_count": 0, "delta_top_count": 0}})
+    parse_config({**BASE, "report": {"mechanism": "student_t", "delta_count": 0, "delta_top_count": 0}})

@@ -40,8 +40,23 @@ def test_one_record_is_answered_and_charged(setup, capsys):
     assert out[0]["answer"] is True  # isolated reference record: its SP answer is right with probability ~1
     with ReferenceLedger(tmp / "ref.sqlite", 1.0) as ledger:
         entries = ledger.entries()
-        assert [(e.purpose, e.epsilon) for e in entries] == [("identify", 0.3)]
+        assert [(e.purpose, e.epsilon, e.notion) for e in entries] == [("identify", 0.3, "sensitive:k=1")]
         assert "beta=4" in entries[0].note and "k=1" in entries[0].note
+        # A sensitive-privacy answer is not epsilon-DP: it never spends the DP total of the fit.
+        assert ledger.spent() == (0.0, 0.0) and ledger.spent("sensitive:k=1") == (0.3, 0.0)
+
+
+def test_budget_reports_each_notion_apart(setup, capsys):
+    tmp, cfg, ref, X = setup
+    record = json.dumps({"a": 5.0, "b": 5.0})
+    assert main(_args(cfg, ref, "--record", record, "--epsilon", "0.2", "--seed", "1")) == 0
+    assert main(_args(cfg, ref, "--record", record, "--epsilon", "0.3", "--sensitive", "2", "--seed", "1")) == 0
+    capsys.readouterr()
+    assert main(["budget", "--config", str(cfg), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["reference"]
+    assert report["epsilon_spent"] == pytest.approx(0.2)
+    assert report["notions"]["dp"]["epsilon_spent"] == pytest.approx(0.2)
+    assert report["notions"]["sensitive:k=2"]["epsilon_spent"] == pytest.approx(0.3)
 
 
 def test_batch_stops_plainly_when_the_ledger_is_spent(setup, capsys):

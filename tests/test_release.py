@@ -1,17 +1,22 @@
-"""release_window: the private part of the alert record, with no broker."""
+"""release_report (the detailed report) and the WindowReleaser, with no broker."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from monitor.config import ReleaseSettings
-
 from monitor import outliers
+from monitor.budget import BudgetAccountant, WindowLedger
+from monitor.config import ReportSettings, parse_config
+from monitor.data.traffic import Surge, Traffic
+from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
+from monitor.model import GridKNN
 from monitor.outliers import candidate_subspaces
-from monitor.release import release_window
+from monitor.release import WindowReleaser, release_report
+from monitor.stream.windows import ClosedWindow
 
 NAMES = ["hr", "spo2", "temp"]
 MECHANISMS = {"laplace_global", "laplace_smooth", "gaussian_smooth", "student_t_smooth"}
@@ -27,50 +32,53 @@ def window() -> tuple[np.ndarray, np.ndarray]:
     return X, flagged
 
 
-def test_record_shape_and_total_cost(window):
+def test_report_shape_and_total_cost(window):
     X, flagged = window
-    settings = ReleaseSettings(top_h=2)
-    rec = release_window(X, flagged, settings, NAMES, rng=3)
-    assert set(rec) == {"outlier_count", "flagged_count", "top_subspaces", "top_subspaces_epsilon", "epsilon", "delta"}
+    settings = ReportSettings(top_h=2)
+    grids = np.zeros((300, 2), bool)
+    grids[:40, 1] = True
+    rec = release_report(X, flagged, settings, NAMES, rng=3, grid_flagged=grids, grid_names=["hr+spo2", "temp"])
+    assert set(rec) == {"event_count", "outlier_count", "flagged_count", "top_subspaces", "top_subspaces_epsilon", "top_grid",
+                        "epsilon", "delta"}
     assert rec["flagged_count"]["mechanism"] == "laplace_global"
     assert rec["flagged_count"]["epsilon"] == settings.epsilon_flagged and rec["flagged_count"]["delta"] == 0.0
+    assert rec["event_count"]["epsilon"] == settings.epsilon_events
     assert rec["outlier_count"]["mechanism"] in MECHANISMS
-    assert rec["outlier_count"]["epsilon"] == settings.epsilon_count
     assert [t["rank"] for t in rec["top_subspaces"]] == [1, 2]
     for t in rec["top_subspaces"]:
         assert t["features"] == [NAMES[i] for i in t["subspace"]]
         assert set(t["count"]) == {"value", "epsilon", "delta", "mechanism"}
-        assert t["count"]["epsilon"] == settings.epsilon_top_count
-    parts = [rec["outlier_count"], rec["flagged_count"]] + [t["count"] for t in rec["top_subspaces"]]
-    assert rec["epsilon"] == pytest.approx(sum(p["epsilon"] for p in parts) + rec["top_subspaces_epsilon"])
-    # A pure mechanism (Student's t, global Laplace) reports delta 0 though delta was budgeted.
-    assert rec["delta"] >= sum(p["delta"] for p in parts)
-    assert (rec["epsilon"], rec["delta"]) == settings.window_cost(len(NAMES))
+    assert rec["top_grid"]["selection"]["epsilon"] == settings.epsilon_grids
+    parts = [rec["outlier_count"], rec["flagged_count"], rec["event_count"], rec["top_grid"]["flagged_count"]] + \
+        [t["count"] for t in rec["top_subspaces"]]
+    assert rec["epsilon"] == pytest.approx(sum(p["epsilon"] for p in parts) + rec["top_subspaces_epsilon"] + settings.epsilon_grids)
+    assert (rec["epsilon"], rec["delta"]) == settings.cost(len(NAMES), 2)
     json.dumps(rec)  # plain JSON types only
 
 
-def test_seeded_release_is_reproducible_and_unseeded_is_not(window):
+def test_seeded_report_is_reproducible_and_unseeded_is_not(window):
     X, flagged = window
-    settings = ReleaseSettings()
-    assert release_window(X, flagged, settings, NAMES, rng=9) == release_window(X, flagged, settings, NAMES, rng=9)
-    a = release_window(X, flagged, settings, NAMES)
-    b = release_window(X, flagged, settings, NAMES)
+    settings = ReportSettings()
+    assert release_report(X, flagged, settings, NAMES, rng=9) == release_report(X, flagged, settings, NAMES, rng=9)
+    a = release_report(X, flagged, settings, NAMES)
+    b = release_report(X, flagged, settings, NAMES)
     assert a["flagged_count"]["value"] != b["flagged_count"]["value"]
 
 
 def test_values_track_the_truth_with_a_large_budget(window):
     X, flagged = window
-    settings = ReleaseSettings(epsilon_count=1e4, epsilon_flagged=1e4, top_h=0, delta_count=1e-6)
-    rec = release_window(X, flagged, settings, NAMES, rng=0)
+    settings = ReportSettings(epsilon_count=1e4, epsilon_flagged=1e4, epsilon_events=1e4, top_h=0, delta_count=1e-6)
+    rec = release_report(X, flagged, settings, NAMES, rng=0)
     assert rec["flagged_count"]["value"] == pytest.approx(12, abs=0.01)
+    assert rec["event_count"]["value"] == pytest.approx(300, abs=0.01)
     true = outliers.count_outliers(X, settings.k, settings.radius)
     assert rec["outlier_count"]["value"] == pytest.approx(true, abs=1.0)
-    assert rec["top_subspaces"] == [] and rec["top_subspaces_epsilon"] == 0.0
+    assert rec["top_subspaces"] == [] and rec["top_subspaces_epsilon"] == 0.0 and rec["top_grid"] is None
 
 
 def test_empty_window_releases_noise_around_zero():
-    settings = ReleaseSettings(top_h=1)
-    values = [release_window(np.zeros((0, 3)), np.zeros(0, bool), settings, NAMES, rng=s)["flagged_count"]["value"]
+    settings = ReportSettings(top_h=1)
+    values = [release_report(np.zeros((0, 3)), np.zeros(0, bool), settings, NAMES, rng=s)["flagged_count"]["value"]
               for s in range(200)]
     assert abs(np.mean(values)) < 3 * np.std(values) / np.sqrt(200) + 1e-9
     assert np.std(values) > 0
@@ -78,15 +86,94 @@ def test_empty_window_releases_noise_around_zero():
 
 def test_top_h_is_capped_at_the_number_of_subspaces(window):
     X, flagged = window
-    settings = ReleaseSettings(top_h=5, subspace_dims=2)
-    rec = release_window(X, flagged, settings, NAMES, rng=1)
+    settings = ReportSettings(top_h=5, subspace_dims=2)
+    rec = release_report(X, flagged, settings, NAMES, rng=1)
     assert len(rec["top_subspaces"]) == 3 == len(candidate_subspaces(3, 2))
-    assert (rec["epsilon"], rec["delta"]) == settings.window_cost(3)
-    uncapped = settings.epsilon_count + settings.epsilon_flagged + settings.epsilon_top + settings.top_h * settings.epsilon_top_count
-    assert rec["epsilon"] < uncapped  # the record states what is really spent
+    assert (rec["epsilon"], rec["delta"]) == settings.cost(3)
 
 
 def test_flagged_must_match_the_window(window):
     X, _ = window
     with pytest.raises(ValueError, match="flagged"):
-        release_window(X, np.zeros(3, bool), ReleaseSettings(), NAMES, rng=1)
+        release_report(X, np.zeros(3, bool), ReportSettings(), NAMES, rng=1)
+
+
+# -- the WindowReleaser ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def vitals_model() -> GridKNN:
+    _, X, _ = simulate_vitals(3000, rng=5)
+    return GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
+                   feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(X)
+
+
+def _config(tmp_path: Path, **alarm):
+    return parse_config({
+        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+        "stream": {"entity_field": "device_id"},
+        "window": {"size_seconds": 300},
+        "alarm": {"baseline_warmup_seconds": 3600, **alarm},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 50.0, "accountant": "basic"},
+    })
+
+
+def _run(config, model, windows: int, surges, seed: int = 1, ledger=None):
+    ledger = ledger or WindowLedger(config.budget.ledger)
+    b = config.budget
+    releaser = WindowReleaser(config, BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant), model, rng=seed)
+    traffic = Traffic(people=500, days=1, seed=seed)
+    records = []
+    for i in range(windows):
+        X, entities, _ = traffic.window(i, surges)
+        w = ClosedWindow(i * 300.0, (i + 1) * 300.0, X, np.zeros(0, bool), (), tuple(entities))
+        records.append(json.loads(releaser.release(w, released_at=(i + 1) * 300.0 + 10).entry.payload))
+    return records, ledger
+
+
+def test_alarm_pages_on_a_clustered_surge_and_stays_quiet_otherwise(tmp_path, vitals_model):
+    config = _config(tmp_path)
+    surge = Surge(start=20, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
+    records, ledger = _run(config, vitals_model, 30, [surge])
+    states = [r["alarm_detail"]["state"] for r in records]
+    # One hour of 5-minute windows: the baseline is released with the 12th, which it then answers.
+    assert states[:11] == ["warming_up"] * 11 and states[11] == "quiet"
+    assert states[20] == "fired" and records[20]["alarm"] is True
+    assert states[21:24] == ["held"] * 3
+    assert "fired" not in states[12:20] + states[24:]
+    # A page brings a detailed report, paid from the budget; quiet windows cost nothing.
+    assert records[20]["report"]["reason"] == "alarm" and records[20]["epsilon"] > 0
+    assert all(r["report"] is None for i, r in enumerate(records) if i != 20)
+    kinds = [c["kind"] for r in records for c in r["charges"]]
+    assert kinds.count("baseline") == 1 and kinds.count("alarm_run") == 2 and kinds.count("report") == 1
+    # The run that paged ends at that window; the new one is open.
+    runs = ledger.span_charges("alarm_run")
+    assert runs[0][3] == records[20]["window_end"] and runs[1][2] == records[24]["window_start"]
+
+
+def test_every_window_is_charged_once_and_replayed_as_stored(tmp_path, vitals_model):
+    config = _config(tmp_path)
+    records, ledger = _run(config, vitals_model, 16, [])
+    before = ledger.charge_counts(-1e12, 1e12)
+    again, _ = _run(config, vitals_model, 16, [], seed=2, ledger=ledger)  # same windows, another noise seed
+    assert again == records  # stored bytes, not a fresh draw
+    assert ledger.charge_counts(-1e12, 1e12) == before
+
+
+def test_a_restart_closes_the_open_run_and_keeps_the_baseline(tmp_path, vitals_model):
+    config = _config(tmp_path)
+    records, ledger = _run(config, vitals_model, 14, [])
+    open_run = ledger.span_charges("alarm_run")[-1]
+    assert open_run[3] > records[-1]["window_end"]  # recorded at its longest span
+    b = config.budget
+    releaser = WindowReleaser(config, BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant), vitals_model, rng=4)
+    # The old run's noisy threshold died with the process: its span ends where it stopped.
+    assert ledger.span_charges("alarm_run")[-1][3] == records[-1]["window_end"]
+    assert releaser.baseline.estimate is not None and releaser.alarm.needs_run()
+
+
+def test_a_budget_too_small_for_a_run_suppresses_the_alarm_not_the_window(tmp_path, vitals_model):
+    config = _config(tmp_path, epsilon_threshold=0.4, epsilon_queries=0.4)
+    config = config.model_copy(update={"budget": config.budget.model_copy(update={"epsilon": 0.5})})
+    records, ledger = _run(config, vitals_model, 14, [])
+    assert records[-1]["alarm_detail"]["state"] == "suppressed" and records[-1]["alarm"] is False
+    assert [c["kind"] for r in records for c in r["charges"]] == ["baseline"]

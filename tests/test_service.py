@@ -46,10 +46,11 @@ def make_config(tmp_path: Path, model_path: Path, *, size=1.0, lateness=0.3, **s
     return parse_config({
         "features": FEATURES,
         "model": {"path": str(model_path)},
-        "window": {"size_seconds": size, "allowed_lateness_seconds": lateness},
-        "release": {"top_h": 1},
+        "window": {"size_seconds": size, "allowed_lateness_seconds": lateness, "publish_delay_seconds": 0.0},
+        "alarm": {"enabled": False},
+        "report": {"top_h": 1, "every_seconds": size},
         "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 100.0},
-        "metrics": {"port": 0},
+        "metrics": {"port": 0, "operational_port": 0},
         "stream": {"input_topic": f"events-{tag}", "alerts_topic": f"alerts-{tag}", "dead_letter_topic": f"dlq-{tag}",
                    "group_id": f"g-{tag}", "kafka": FAST_GROUP, **stream},
     })
@@ -122,6 +123,8 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     deadline = time.monotonic() + 20
     while not (releases and releases[-1]["window_end"] > max(sent.values())) and time.monotonic() < deadline:
         time.sleep(0.05)
+    # Read while the service runs: its endpoints close when it stops.
+    operational_text = urllib.request.urlopen(service.operational_metrics_url, timeout=5).read().decode()
     service.stop()
     finish(thread)
 
@@ -132,16 +135,20 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     ends = [r["window_end"] for r in records]
     assert ends[-1] > max(sent.values())
     assert [r["window_start"] for r in records[1:]] == ends[:-1]
-    eps, delta = cfg.release.window_cost(2)
+    eps, delta = cfg.report.cost(2)
     for alert, r in zip(alerts, records):
         assert alert.key == json.dumps(r["window_start"]).encode()
         assert dict(alert.headers).get("republished") is None
         assert (r["epsilon"], r["delta"]) == (eps, delta)
-        assert r["flagged_count"]["mechanism"] == "laplace_global"
-        assert len(r["top_subspaces"]) == 1 and r["top_subspaces"][0]["features"][0] in ("hr", "spo2")
-        assert r["budget"]["epsilon_spent"] <= 100.0 and r["released_at"] >= r["window_end"]
-        for field in ("outlier_count", "flagged_count"):
-            assert set(r[field]) == {"value", "epsilon", "delta", "mechanism"}  # no true value, no sensitivity
+        report = r["report"]
+        assert report["reason"] == "schedule" and report["flagged_count"]["mechanism"] == "laplace_global"
+        assert len(report["top_subspaces"]) == 1 and report["top_subspaces"][0]["features"][0] in ("hr", "spo2")
+        assert r["budget"]["epsilon_spent"] <= 100.0
+        # Stamped and sent at the scheduled time, whatever the window held (no timing channel).
+        assert r["released_at"] == r["window_end"] + cfg.window.allowed_lateness_seconds + cfg.window.publish_delay_seconds
+        assert alert.timestamp == int(round(r["released_at"] * 1000))
+        for field in ("outlier_count", "flagged_count", "event_count"):
+            assert set(report[field]) == {"value", "epsilon", "delta", "mechanism"}  # no true value, no sensitivity
 
     # Every good event is in exactly one audited window (none of the bad or late ones).
     lines = [json.loads(line) for line in audit.read_text().splitlines()]
@@ -159,14 +166,20 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     assert reasons == {bad[0]: "bad_json", bad[1]: "not_object", bad[2]: "wrong_type", bad[3]: "not_finite",
                        bad[4]: "bad_timestamp"}
 
-    for name in ("dp_monitor_events_total", "dp_monitor_budget_epsilon_limit", "dp_monitor_window_cost_epsilon",
-                 "dp_monitor_info", "dp_monitor_consumer_lag_messages"):
+    # The analysts' endpoint holds private values and public facts; event counts, lag and
+    # latency (which would give each window's size) only the operators' one.
+    for name in ("dp_monitor_budget_epsilon_limit", "dp_monitor_report_cost_epsilon", "dp_monitor_alarm", "dp_monitor_info"):
         assert name in metrics_text
+    for name in ("dp_monitor_events_total", "dp_monitor_consumer_lag_messages", "dp_monitor_release_latency_seconds",
+                 "dp_monitor_dead_letters_total"):
+        assert name not in metrics_text
+    assert "dp_monitor_events_total" in operational_text and "dp_monitor_report_flagged_count" not in operational_text
     n = len(records)
-    assert service.metrics.registry.get_sample_value("dp_monitor_windows_released_total") == n
-    assert service.metrics.registry.get_sample_value("dp_monitor_dead_letters_total", {"reason": "bad_json"}) == 1
-    assert service.metrics.registry.get_sample_value("dp_monitor_release_latency_seconds_count") == n
-    assert service.metrics.registry.get_sample_value("dp_monitor_released_window_end_timestamp_seconds") == ends[-1]
+    private, operational = service.metrics.registry, service.metrics.operational
+    assert private.get_sample_value("dp_monitor_windows_released_total") == n
+    assert operational.get_sample_value("dp_monitor_dead_letters_total", {"reason": "bad_json"}) == 1
+    assert operational.get_sample_value("dp_monitor_release_latency_seconds_count") == n
+    assert private.get_sample_value("dp_monitor_released_window_end_timestamp_seconds") == ends[-1]
 
 
 def test_unpublished_ledger_entry_is_republished_byte_for_byte_and_not_charged_again(kafka_bootstrap, model_path, tmp_path):

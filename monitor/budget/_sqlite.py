@@ -23,11 +23,12 @@ import contextlib
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from monitor.errors import MonitorError
 
-SCHEMA_VERSION = 1
+# Version of each ledger kind's schema; ``upgrades`` bring an older file up to it.
+SCHEMA_VERSIONS = {"window": 2, "reference": 2}
 
 # Distinct magic numbers per ledger kind ("DPW1", "DPR1").
 APPLICATION_IDS = {"window": 0x44505731, "reference": 0x44505231}
@@ -37,8 +38,14 @@ class LedgerError(MonitorError):
     """A ledger file that cannot be used (corrupt, foreign, or from a newer version)."""
 
 
-def open_ledger(path: str | Path, *, kind: str, schema: Sequence[str]) -> sqlite3.Connection:
-    """Open (creating if missing) a ledger of ``kind`` with WAL and synchronous=FULL."""
+def open_ledger(
+    path: str | Path, *, kind: str, schema: Sequence[str], upgrades: Mapping[int, Sequence[str]] | None = None
+) -> sqlite3.Connection:
+    """Open (creating if missing) a ledger of ``kind`` with WAL and synchronous=FULL.
+
+    ``schema`` creates the current version; ``upgrades[v]`` turns version v - 1 into v,
+    inside the same transaction, so an old ledger keeps every charge it holds.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -47,14 +54,17 @@ def open_ledger(path: str | Path, *, kind: str, schema: Sequence[str]) -> sqlite
         conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
-        _ensure_schema(conn, path, kind, schema)
+        _ensure_schema(conn, path, kind, schema, upgrades or {})
     except sqlite3.DatabaseError as err:
         raise LedgerError(f"ledger {path} cannot be opened: {err}") from None
     return conn
 
 
-def _ensure_schema(conn: sqlite3.Connection, path: Path, kind: str, schema: Sequence[str]) -> None:
+def _ensure_schema(
+    conn: sqlite3.Connection, path: Path, kind: str, schema: Sequence[str], upgrades: Mapping[int, Sequence[str]]
+) -> None:
     app_id = APPLICATION_IDS[kind]
+    current = SCHEMA_VERSIONS[kind]
     conn.execute("BEGIN IMMEDIATE")
     try:
         found_app = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -64,13 +74,18 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path, kind: str, schema: Sequ
             for stmt in schema:
                 conn.execute(stmt)
             conn.execute(f"PRAGMA application_id={app_id}")
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA user_version={current}")
         elif found_app != app_id:
             raise LedgerError(f"{path} is not a {kind} ledger (it holds other data); point the config at another file")
-        elif version > SCHEMA_VERSION:
+        elif version > current:
             raise LedgerError(
-                f"ledger {path} has schema version {version}, newer than this program understands ({SCHEMA_VERSION}); upgrade the monitor"
+                f"ledger {path} has schema version {version}, newer than this program understands ({current}); upgrade the monitor"
             )
+        else:
+            for v in range(version + 1, current + 1):
+                for stmt in upgrades.get(v, ()):
+                    conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version={current}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

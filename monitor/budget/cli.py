@@ -45,7 +45,7 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
     from monitor.budget.ledger import WindowLedger
 
     b = config.budget
-    eps_cost, delta_cost = config.release.window_cost(len(config.features))
+    report_cost = config.report.cost(len(config.features))
     report: dict[str, Any] = {
         "ledger": str(b.ledger),
         "exists": b.ledger.exists(),
@@ -53,7 +53,13 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
         "period_seconds": b.period_seconds,
         "epsilon_limit": b.epsilon,
         "delta_limit": b.delta,
-        "window_cost": {"epsilon": eps_cost, "delta": delta_cost},
+        # What each kind of charge costs (from the config alone): the alarm pays per run,
+        # not per window; a detailed report (without the model-grid part) per page.
+        "costs": {
+            "alarm_run": {"epsilon": config.alarm.run_epsilon, "delta": 0.0},
+            "baseline": {"epsilon": config.alarm.baseline_epsilon, "delta": 0.0},
+            "report": {"epsilon": report_cost[0], "delta": report_cost[1]},
+        },
     }
     if not report["exists"]:
         return report
@@ -76,6 +82,10 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
                 "suppressed": sum(not e.released for e in entries),
             },
             unpublished=len(led.unpublished()),
+            span_charges=[
+                {"kind": kind, "span_start": s0, "span_end": s1, "epsilon": e, "delta": d}
+                for _, kind, s0, s1, e, d in led.span_charges(after=at - b.period_seconds) if s0 < at
+            ],
             recent=[
                 {
                     "window_start": e.window_start,
@@ -99,14 +109,17 @@ def _reference_report(config: Any) -> dict[str, Any]:
     report: dict[str, Any] = {"ledger": str(b.reference_ledger), "exists": b.reference_ledger.exists(), "epsilon_limit": b.reference_epsilon}
     if not report["exists"]:
         return report
-    with ReferenceLedger(b.reference_ledger, b.reference_epsilon) as ref:
+    with ReferenceLedger(b.reference_ledger, b.reference_epsilon, b.reference_sensitive_epsilon) as ref:
         eps, delta = ref.spent()
         report.update(
             epsilon_spent=eps,
             delta_spent=delta,
             epsilon_remaining=ref.remaining(),
+            # One total per privacy notion: epsilons of different notions are never added up.
+            notions={n: {"epsilon_spent": ref.spent(n)[0], "epsilon_limit": ref.limit(n), "epsilon_remaining": ref.remaining(n)}
+                     for n in ref.notions()},
             charges=[
-                {"charged_at": c.charged_at, "purpose": c.purpose, "epsilon": c.epsilon, "delta": c.delta, "note": c.note}
+                {"charged_at": c.charged_at, "purpose": c.purpose, "notion": c.notion, "epsilon": c.epsilon, "delta": c.delta, "note": c.note}
                 for c in ref.entries()
             ],
         )
@@ -149,7 +162,12 @@ def _render(report: dict[str, Any]) -> None:
         summary.add_row("epsilon spent / limit", f"{s['epsilon_spent']:.4g} / {s['epsilon_limit']:g}")
         summary.add_row("epsilon left", f"{s['epsilon_remaining']:.4g}")
         summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}")
-        summary.add_row("one window costs", f"epsilon {s['window_cost']['epsilon']:g}, delta {s['window_cost']['delta']:.3g}")
+        c = s["costs"]
+        summary.add_row("one alarm run / baseline / report costs",
+                        f"epsilon {c['alarm_run']['epsilon']:g} / {c['baseline']['epsilon']:g} / {c['report']['epsilon']:g}")
+        runs = [x for x in s["span_charges"] if x["kind"] == "alarm_run"]
+        summary.add_row("alarm runs and baselines in the period",
+                        f"{len(runs)} run(s), {len(s['span_charges']) - len(runs)} baseline estimate(s)")
         summary.add_row("awaiting republish", str(s["unpublished"]))
         summary.add_row("ledger", s["ledger"])
         console.print(summary)
@@ -167,10 +185,14 @@ def _render(report: dict[str, Any]) -> None:
         console.print(f"Reference ledger [bold]{r['ledger']}[/]: no query recorded yet, nothing has been spent "
                       f"(limit epsilon {r['epsilon_limit']:g}).")
         return
-    charges = Table(title=f"Reference budget: spent {r['epsilon_spent']:.4g} of {r['epsilon_limit']:g}, "
+    charges = Table(title=f"Reference budget (epsilon-DP): spent {r['epsilon_spent']:.4g} of {r['epsilon_limit']:g}, "
                           f"{r['epsilon_remaining']:.4g} left (delta spent {r['delta_spent']:.3g})")
-    for col in ("when", "purpose", "epsilon", "delta", "note"):
+    for col in ("when", "purpose", "notion", "epsilon", "delta", "note"):
         charges.add_column(col)
     for c in r["charges"]:
-        charges.add_row(_time(c["charged_at"]), c["purpose"], f"{c['epsilon']:g}", f"{c['delta']:.3g}", c["note"])
+        charges.add_row(_time(c["charged_at"]), c["purpose"], c["notion"], f"{c['epsilon']:g}", f"{c['delta']:.3g}", c["note"])
     console.print(charges)
+    for notion, t in r["notions"].items():
+        if notion != "dp":
+            console.print(f"{notion} answers: spent {t['epsilon_spent']:.4g} of {t['epsilon_limit']:g} "
+                          f"(a separate total: sensitive privacy is not epsilon-DP, and its epsilon is never added to the DP total)")

@@ -50,6 +50,22 @@ _SCHEMA = [
     # Covering index: the accountant's per-period GROUP BY never touches the payloads.
     "CREATE INDEX windows_by_end ON windows (window_end, status, epsilon, delta)",
 ]
+# Charges that cover a span of windows rather than one: an alarm run (one charge for
+# every window it answers) and a baseline estimate (one release over many windows).
+# Each counts in every budget period its span touches.
+_CHARGES = [
+    """CREATE TABLE charges (
+        charge_id   INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind        TEXT NOT NULL,
+        span_start  REAL NOT NULL,
+        span_end    REAL NOT NULL CHECK (span_end >= span_start),
+        epsilon     REAL NOT NULL CHECK (epsilon >= 0),
+        delta       REAL NOT NULL CHECK (delta >= 0 AND delta < 1),
+        recorded_at REAL NOT NULL
+    )""",
+    "CREATE INDEX charges_by_span ON charges (span_end, span_start, epsilon, delta)",
+]
+_SCHEMA += _CHARGES
 
 _COLUMNS = "window_start, window_end, status, epsilon, delta, payload, reason, recorded_at, published"
 
@@ -110,7 +126,7 @@ class WindowLedger:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._tx = Transactions(open_ledger(self.path, kind="window", schema=_SCHEMA))
+        self._tx = Transactions(open_ledger(self.path, kind="window", schema=_SCHEMA, upgrades={2: _CHARGES}))
 
     def close(self) -> None:
         self._tx.close()
@@ -215,18 +231,66 @@ class WindowLedger:
         return [Charge(*r) for r in rows]
 
     def charge_counts(self, after: float, upto: float) -> dict[tuple[float, float], int]:
-        """Number of released windows per (epsilon, delta) cost with ``after < window_end <= upto``.
+        """Number of charges per (epsilon, delta) cost that touch the interval (after, upto].
 
-        The multiset of costs is all that composition needs; grouping in SQLite keeps
-        a period of ten thousand windows cheap to read.
+        Released windows with ``after < window_end <= upto`` and span charges whose span
+        overlaps the interval; free windows (cost 0) are left out. The multiset of costs
+        is all that composition needs; grouping in SQLite keeps a period of ten thousand
+        windows cheap to read.
         """
         with self._tx.read() as conn:
             rows = conn.execute(
                 "SELECT epsilon, delta, count(*) FROM windows "
-                "WHERE window_end > ? AND window_end <= ? AND status = 'released' GROUP BY epsilon, delta",
+                "WHERE window_end > ? AND window_end <= ? AND status = 'released' AND (epsilon > 0 OR delta > 0) "
+                "GROUP BY epsilon, delta",
                 (after, upto),
             ).fetchall()
-        return {(eps, delta): n for eps, delta, n in rows}
+            spans = conn.execute(
+                "SELECT epsilon, delta, count(*) FROM charges "
+                "WHERE span_end > ? AND span_start < ? AND (epsilon > 0 OR delta > 0) GROUP BY epsilon, delta",
+                (after, upto),
+            ).fetchall()
+        counts: dict[tuple[float, float], int] = {}
+        for eps, delta, n in rows + spans:
+            counts[(eps, delta)] = counts.get((eps, delta), 0) + n
+        return counts
+
+    def add_charge(self, kind: str, span_start: float, span_end: float, epsilon: float, delta: float = 0.0) -> int:
+        """Record a charge over the windows of [span_start, span_end); returns its id.
+
+        Call it inside the ``transaction()`` that decided it fits, before the release it
+        pays for is stored.
+        """
+        if not (math.isfinite(epsilon) and epsilon >= 0 and 0 <= delta < 1):
+            raise ValueError(f"a charge needs epsilon >= 0 and 0 <= delta < 1, got ({epsilon}, {delta})")
+        with self._tx.write() as conn:
+            cur = conn.execute(
+                "INSERT INTO charges (kind, span_start, span_end, epsilon, delta, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (kind, float(span_start), float(span_end), float(epsilon), float(delta), time.time()),
+            )
+            return int(cur.lastrowid)
+
+    def end_charge(self, charge_id: int, span_end: float) -> None:
+        """Shorten a span charge to end at ``span_end`` (an alarm run that stopped early).
+
+        A span is recorded at its longest possible length first, so a crash can only
+        leave it too long (charged in more periods than needed), never too short.
+        """
+        with self._tx.write() as conn:
+            conn.execute(
+                "UPDATE charges SET span_end = max(span_start, min(span_end, ?)) WHERE charge_id = ?",
+                (float(span_end), int(charge_id)),
+            )
+
+    def span_charges(self, kind: str | None = None, after: float = -math.inf) -> list[tuple[int, str, float, float, float, float]]:
+        """(charge_id, kind, span_start, span_end, epsilon, delta) of span charges ending after ``after``."""
+        with self._tx.read() as conn:
+            rows = conn.execute(
+                "SELECT charge_id, kind, span_start, span_end, epsilon, delta FROM charges "
+                "WHERE span_end > ? AND (? IS NULL OR kind = ?) ORDER BY charge_id",
+                (after, kind, kind),
+            ).fetchall()
+        return [tuple(r) for r in rows]
 
     def counts(self, after: float, upto: float) -> dict[str, int]:
         """Number of windows per status with ``after < window_end <= upto``."""

@@ -32,6 +32,7 @@ import numpy as np
 
 __all__ = [
     "VITAL_FEATURES",
+    "random_cluster",
     "VitalsSimulator",
     "simulate_vitals",
     "write_reference_csv",
@@ -93,11 +94,18 @@ class VitalsSimulator:
         }
         self.device_ids = [f"dev-{i:04d}" for i in range(n_devices)]
 
-    def readings(self, devices: "np.ndarray | Sequence[int]", anomalous: "np.ndarray | Sequence[bool] | None" = None) -> np.ndarray:
+    def readings(self, devices: "np.ndarray | Sequence[int]", anomalous: "np.ndarray | Sequence[bool] | None" = None,
+                 cluster: "tuple[float, float] | None" = None) -> np.ndarray:
         """One reading per entry of ``devices`` (indices), shape (len(devices), d).
 
         ``anomalous[i]`` True turns reading i into a desaturation episode. Values are
         clipped to the public bounds, as a device's own range would.
+
+        ``cluster`` = (spo2, heart rate) makes the episodes *clustered*: every anomalous
+        reading sits close to that one point, as when one cause (a faulty batch of
+        sensors, one ward's oxygen supply) hits many people at once. The anomalies are
+        then each other's neighbours: the seed's distance-based count misses them, the
+        model's flags do not. Without it they are *spread* widely.
         """
         dev = np.asarray(devices, dtype=int)
         n = dev.size
@@ -113,13 +121,16 @@ class VitalsSimulator:
             "skin_temp": b["skin_temp"][dev] + 0.2 * activity + r.normal(0.0, 0.25, n),
         }
         if anom.any():
-            # Spread the episode's values widely: a tight cluster of anomalies would be
-            # each other's neighbours and not count as outliers at all.
             k = int(anom.sum())
             vitals["spo2"] = vitals["spo2"].copy()
-            vitals["spo2"][anom] = r.uniform(70.0, 92.0, k)
             vitals["heart_rate"] = vitals["heart_rate"].copy()
-            vitals["heart_rate"][anom] += r.uniform(40.0, 110.0, k)
+            if cluster is None:
+                # Spread widely: each anomaly far from the others as well as from normal.
+                vitals["spo2"][anom] = r.uniform(70.0, 92.0, k)
+                vitals["heart_rate"][anom] += r.uniform(40.0, 110.0, k)
+            else:
+                vitals["spo2"][anom] = r.normal(cluster[0], 0.7, k)
+                vitals["heart_rate"][anom] = r.normal(cluster[1], 3.0, k)
         X = np.empty((n, len(self.feature_names)))
         generic = [j for j, name in enumerate(self.feature_names) if name not in vitals]
         for j, name in enumerate(self.feature_names):
@@ -129,10 +140,17 @@ class VitalsSimulator:
             else:
                 X[:, j] = r.normal((lo + hi) / 2.0, (hi - lo) / 16.0, n)
         if anom.any() and not {"spo2", "heart_rate"} & set(self.feature_names):
-            # Unknown features: the burst moves the first two by a third of their range.
+            # Unknown features: the burst moves the first two by a third of their range
+            # (all by the same amount when clustered, so they stay close together).
             for j in generic[:2]:
-                X[anom, j] += (self.bounds[j, 1] - self.bounds[j, 0]) / 3.0
+                span = self.bounds[j, 1] - self.bounds[j, 0]
+                X[anom, j] = (X[anom, j].mean() if cluster is not None else X[anom, j]) + span / 3.0
         return np.clip(X, self.bounds[:, 0], self.bounds[:, 1])
+
+
+def random_cluster(rng: np.random.Generator) -> tuple[float, float]:
+    """A (spo2, heart rate) centre for a clustered surge: desaturated and tachycardic."""
+    return float(rng.uniform(76.0, 86.0)), float(rng.uniform(130.0, 175.0))
 
 
 def simulate_vitals(

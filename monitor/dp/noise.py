@@ -49,6 +49,13 @@ def _opendp_vector_measurement(kind: str, scale: float):
 
 
 @lru_cache(maxsize=256)
+def _opendp_discrete_laplace(scale: float):
+    dp = _dp()
+    domain = dp.vector_domain(dp.atom_domain(T="i64"))
+    return dp.m.make_laplace(domain, dp.l1_distance(T="i64"), scale=scale)
+
+
+@lru_cache(maxsize=256)
 def _opendp_top_k(k: int, scale: float):
     dp = _dp()
     return dp.m.make_noisy_top_k(
@@ -133,6 +140,29 @@ class NoiseSource:
             z = self.gaussian(1.0, n * (dof + 1)).reshape(n, dof + 1)
             out = scale * z[:, 0] * math.sqrt(dof) / np.sqrt(np.sum(z[:, 1:] ** 2, axis=1))
         return float(out[0]) if size is None else out
+
+    def discrete_laplace(self, scale: float, size: int | None = None, *, center: "int | Sequence[int]" = 0) -> int | np.ndarray:
+        """``center`` + discrete Laplace(scale) draws: integers z with P(z) proportional to exp(-|z| / scale).
+
+        Integer in, integer out: no floating-point rounding anywhere, so comparisons of
+        noisy integers (the sparse vector alarm) are exact. Production uses OpenDP's
+        exact sampler; a shift of the centre by s changes every probability by at most
+        exp(s / scale).
+        """
+        _check_scale(scale)
+        c = np.asarray(center, dtype=np.int64)
+        n = 1 if size is None else int(size)
+        if c.ndim:
+            if size is not None and c.size != n:
+                raise ValueError(f"center has {c.size} values but size is {n}")
+            n = c.size
+        values = np.broadcast_to(c.ravel() if c.ndim else c, (n,)).astype(np.int64)
+        if self._seeded:
+            p = -math.expm1(-1.0 / scale)  # success probability of each geometric
+            out = values + (self.generator.geometric(p, n) - self.generator.geometric(p, n))
+        else:
+            out = np.asarray(_opendp_discrete_laplace(float(scale))([int(v) for v in values]), dtype=np.int64)
+        return int(out[0]) if size is None and not c.ndim else out
 
     # -- selection ----------------------------------------------------------------------
     def top_k(self, scores: Sequence[float], k: int, scale: float) -> list[int]:

@@ -117,20 +117,25 @@ def run_identify(args: argparse.Namespace) -> int:
     graph = "dp" if args.sensitive is None else f"sensitive k={args.sensitive}"
     note = f"beta={args.beta} radius={args.radius:g} {graph}" + (" include-record" if args.include_record else "")
     answers = []
-    with ReferenceLedger(cfg.budget.reference_ledger, cfg.budget.reference_epsilon) as ledger:
+    # A sensitive-privacy answer is charged under its own notion: its epsilon is on another
+    # neighbour graph and must never be added to the DP total of the fit.
+    notion = "dp" if args.sensitive is None else f"sensitive:k={args.sensitive}"
+    with ReferenceLedger(cfg.budget.reference_ledger, cfg.budget.reference_epsilon, cfg.budget.reference_sensitive_epsilon) as ledger:
         try:
             for q in queries:
                 # Charge first: a crash after the charge wastes budget, never leaks an unpaid answer.
-                ledger.charge("identify", args.epsilon, note=note)
+                ledger.charge("identify", args.epsilon, note=note, notion=notion)
                 answers.append(ident.answer(q, args.epsilon, args.sensitive, rng=source))
         except BudgetExhausted as err:
             _print(answers, args)
             raise BudgetExhausted(f"{err}; answered {len(answers)} of {len(queries)} record(s), refused the rest") from None
-        spent, _ = ledger.spent()
-        remaining = ledger.remaining()
+        spent, _ = ledger.spent(notion)
+        remaining = ledger.remaining(notion)
+        limit = ledger.limit(notion)
     _print(answers, args)
     if not args.json:
-        print(f"reference budget: spent {spent:g} of {cfg.budget.reference_epsilon:g} epsilon, {remaining:g} left")
+        what = "reference budget" if notion == "dp" else f"reference budget for {notion} answers (separate from the DP total)"
+        print(f"{what}: spent {spent:g} of {limit:g} epsilon, {remaining:g} left")
     return 0
 
 

@@ -123,11 +123,48 @@ class GridKNN:
         self.epsilon_spent_ = float(self.epsilon)
         self.n_features_in_ = U.shape[1]
         self.threshold_ = float(self.threshold) if self.threshold is not None else (
-            self._threshold_from_contamination(noise.generator) if self.contamination is not None else None)
+            self.threshold_for(float(self.contamination), noise.generator) if self.contamination is not None else None)
         return self
 
-    def _threshold_from_contamination(self, gen: np.random.Generator) -> float:
-        """(1 - contamination) quantile of scores of points drawn from the noisy mass.
+    def threshold_for(self, contamination: float, rng: "int | np.random.Generator | None" = 0) -> float:
+        """Score threshold that flags a share ``contamination`` of the model's own noisy mass.
+
+        The (1 - contamination) quantile of the scores of points drawn from the noisy
+        grids: post-processing of the private model, free. ``rng`` only drives that
+        public sampling (a fixed seed makes the threshold reproducible).
+
+        >>> X = np.random.default_rng(0).normal(50, 15, size=(2000, 2))
+        >>> m = GridKNN(epsilon=1.0, bounds=[(0, 100), (0, 100)], contamination=0.05, random_state=0).fit(X)
+        >>> bool(m.threshold_for(0.01) > m.threshold_for(0.1))
+        True
+        """
+        if not 0 < contamination < 1:
+            raise ValueError(f"contamination must be in (0, 1), got {contamination!r}")
+        self._check_fitted()
+        return float(np.quantile(self._score_unit(self._synthetic(np.random.default_rng(rng))), 1.0 - contamination))
+
+    def grid_scores(self, Y) -> np.ndarray:
+        """Each grid's own score of RAW events Y: shape (n, number of grids). Post-processing, free."""
+        self._check_fitted()
+        return self._grid_scores_unit(scale_to_unit(Y, self.bounds_))
+
+    def grid_thresholds(self, contamination: float, rng: "int | np.random.Generator | None" = 0) -> np.ndarray:
+        """Per grid, the score threshold flagging ``contamination`` of the model's noisy mass (free)."""
+        self._check_fitted()
+        U = self._synthetic(np.random.default_rng(rng))
+        return np.quantile(self._grid_scores_unit(U), 1.0 - contamination, axis=0)
+
+    def _grid_scores_unit(self, U: np.ndarray) -> np.ndarray:
+        if not len(U):
+            return np.zeros((0, len(self.grids_)))
+        return np.column_stack([g.score(U, self.k_, self.max_depth_, self.weighted) for g in self.grids_])
+
+    def grid_names(self, feature_names: Sequence[str]) -> list[str]:
+        """One name per grid: its features joined by '+'."""
+        return ["+".join(feature_names[i] for i in g.features) for g in self.grids_]
+
+    def _synthetic(self, gen: np.random.Generator) -> np.ndarray:
+        """Points drawn from the noisy mass, in the unit cube.
 
         Each grid's kept cells are sampled in proportion to their noisy value, a point
         uniform in the cell; grids are sampled independently (their feature groups are
@@ -142,7 +179,7 @@ class GridKNN:
             pick = gen.choice(grid.keys, size=_N_SYNTHETIC, p=grid.values / grid.values.sum())
             coords = (pick[:, None] // grid._strides[None, :]) % grid.bins
             U[:, list(grid.features)] = (coords + gen.random((_N_SYNTHETIC, p))) / grid.bins
-        return float(np.quantile(self._score_unit(U), 1.0 - float(self.contamination)))
+        return U
 
     # -- scoring --------------------------------------------------------------------------
     def _check_fitted(self) -> None:

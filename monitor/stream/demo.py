@@ -39,7 +39,7 @@ __all__ = ["configure_demo", "run_demo", "write_demo_config", "ReleaseBoard", "B
 
 _DEMO_DEVICES = 200
 _DEMO_RATE = 200.0          # events per second: each device about once a second
-_ANOMALY_FRACTION = 0.08    # 16 devices: few enough to stay outliers among themselves
+_ANOMALY_FRACTION = 0.2     # 40 devices, clustered: each other's neighbours, invisible to the seed's outlier count
 _MALFORMED_RATE = 0.005     # a few dead letters to show that path too
 _READY_TIMEOUT_S = 30.0
 
@@ -83,68 +83,46 @@ def write_demo_config(workdir: Path, bootstrap_servers: str, window_seconds: flo
 
 @dataclass(frozen=True)
 class BurstVerdict:
-    """Was the injected burst visible in the released (noisy) counts?"""
+    """Did the private alarm page on the injected burst, and only there?"""
 
-    visible: bool
+    paged: bool
     burst_windows: int
-    other_windows: int
-    flagged_in_burst: float      # mean released flagged count
-    flagged_outside: float
-    outliers_in_burst: float     # mean released outlier count
-    outliers_outside: float
-    burst_subspaces: list[str]   # features most often in the top subspaces during the burst
+    first_page_delay: float | None   # seconds from the burst's start to the end of the first paging window
+    false_pages: int                 # pages in windows the burst did not touch
+    top_grid: str | None             # the grid the burst's detailed report named
 
     def describe(self) -> str:
-        if not self.burst_windows or not self.other_windows:
-            return "not judged: the run had too few windows inside and outside the burst (try a longer --duration)"
-        word = "VISIBLE" if self.visible else "not clearly visible"
-        top = ", ".join(self.burst_subspaces) or "none"
-        return (f"{word}: mean released flagged count {self.flagged_in_burst:.1f} in {self.burst_windows} burst window(s) "
-                f"vs {self.flagged_outside:.1f} in {self.other_windows} other(s); outlier count {self.outliers_in_burst:.1f} "
-                f"vs {self.outliers_outside:.1f}; top subspaces during the burst: {top}")
+        if not self.burst_windows:
+            return "not judged: no window covered the burst (try a longer --duration)"
+        where = f"; its detailed report points at {self.top_grid}" if self.top_grid else ""
+        false = f"; {self.false_pages} false page(s)" if self.false_pages else "; no false page"
+        if self.paged:
+            return f"PAGED {self.first_page_delay:.1f} s after the burst began (at the close of its window){where}{false}"
+        return f"NOT paged in the {self.burst_windows} window(s) it touched{false}"
 
 
 def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
-def burst_verdict(records: list[dict], stats: SimulationStats, epsilon_flagged: float) -> BurstVerdict:
-    """Compare released counts of windows mostly inside the burst with windows fully outside it.
-
-    Only windows inside the simulation's span count (the others hold no events). The
-    burst is "visible" when the mean released flagged count in the burst exceeds the
-    mean outside by three standard deviations of the difference of the two means'
-    Laplace noise (sqrt(2) / epsilon_flagged per window): a public scale, not a
-    data-dependent one. A rough check for the demo, not a statistical test.
-    """
-    inside, outside = [], []
-    if stats.first_ts is not None and stats.burst_from is not None:
-        for r in records:
-            s, e = r["window_start"], r["window_end"]
-            if s < stats.first_ts or e > stats.last_ts:
-                continue
-            covered = _overlap(s, e, stats.burst_from, stats.burst_to)
-            if covered >= 0.5 * (e - s):
-                inside.append(r)
-            elif covered == 0.0:
-                outside.append(r)
-
-    def mean(rows: list[dict], key: str) -> float:
-        return sum(r[key]["value"] for r in rows) / len(rows) if rows else float("nan")
-
-    counts: dict[str, int] = {}
-    for r in inside:
-        for sub in r.get("top_subspaces", []):
-            name = "+".join(sub["features"])
-            counts[name] = counts.get(name, 0) + 1
-    top = sorted(counts, key=lambda n: -counts[n])[:2]
-    f_in, f_out = mean(inside, "flagged_count"), mean(outside, "flagged_count")
-    visible = False
-    if inside and outside:
-        noise_std = (2 ** 0.5) / epsilon_flagged * (1 / len(inside) + 1 / len(outside)) ** 0.5
-        visible = f_in - f_out > 3 * noise_std
-    return BurstVerdict(visible, len(inside), len(outside), f_in, f_out,
-                        mean(inside, "outlier_count"), mean(outside, "outlier_count"), top)
+def burst_verdict(records: list[dict], stats: SimulationStats) -> BurstVerdict:
+    """Compare the alarm's published answers with the simulator's ground truth."""
+    touched = paged = 0
+    delay = grid = None
+    false = 0
+    for r in records:
+        s, e = r["window_start"], r["window_end"]
+        fired = (r.get("alarm_detail") or {}).get("state") == "fired"
+        covered = stats.burst_from is not None and _overlap(s, e, stats.burst_from, stats.burst_to) > 0
+        if covered:
+            touched += 1
+            if fired and not paged:
+                paged, delay = 1, e - stats.burst_from
+                report = r.get("report") or {}
+                grid = (report.get("top_grid") or {}).get("grid")
+        elif fired:
+            false += 1
+    return BurstVerdict(bool(paged), touched, delay, false, grid)
 
 
 class ReleaseBoard:
@@ -170,8 +148,21 @@ class ReleaseBoard:
         return time.strftime("%H:%M:%S", time.localtime(t))
 
     @staticmethod
-    def _subspaces(record: dict) -> str:
-        return ", ".join(f"{'+'.join(s['features'])} ({s['count']['value']:.1f})" for s in record.get("top_subspaces", [])) or "-"
+    def _alarm(record: dict) -> str:
+        state = (record.get("alarm_detail") or {}).get("state", "?")
+        return {"fired": "PAGE", "held": "page (held)", "warming_up": "warming up"}.get(state, state)
+
+    @staticmethod
+    def _report(record: dict) -> str:
+        report = record.get("report")
+        if not report:
+            return "-"
+        if "suppressed" in report:
+            return f"suppressed ({report['suppressed']})"
+        grid = report.get("top_grid")
+        where = f"grid {grid['grid']} ({grid['flagged_count']['value']:.0f} flagged), " if grid else ""
+        return (f"{where}events {report['event_count']['value']:.0f}, flagged {report['flagged_count']['value']:.0f}, "
+                f"outliers {report['outlier_count']['value']:.0f}")
 
     def _burst_label(self, record: dict) -> str:
         share = self._burst_of(record["window_start"], record["window_end"])
@@ -183,15 +174,15 @@ class ReleaseBoard:
         burst = self._burst_label(record)
         burst = f"  <- burst injected ({burst})" if burst else ""
         return (f"window {number:>3} {self._clock(record['window_start'])}-{self._clock(record['window_end'])}  "
-                f"outliers {record['outlier_count']['value']:7.1f}  flagged {record['flagged_count']['value']:6.1f}  "
-                f"top {self._subspaces(record)}  epsilon spent {b['epsilon_spent']:.1f} left {b['epsilon_remaining']:.1f}{burst}")
+                f"alarm {self._alarm(record):<11}  report {self._report(record)}  "
+                f"epsilon spent {b['epsilon_spent']:.2f} left {b['epsilon_remaining']:.2f}{burst}")
 
     def table(self, status: str = ""):
         from rich.table import Table
 
         table = Table(title="Released windows (every number is differentially private)", caption=status, caption_justify="left")
-        for name, justify in (("#", "right"), ("window", "left"), ("noisy outliers", "right"), ("noisy flagged", "right"),
-                              ("top subspaces (noisy count)", "left"), ("epsilon spent / left", "right"), ("burst*", "center")):
+        for name, justify in (("#", "right"), ("window", "left"), ("private alarm", "center"),
+                              ("detailed report (noisy)", "left"), ("epsilon spent / left", "right"), ("burst*", "center")):
             table.add_column(name, justify=justify)
         with self._lock:
             records = list(enumerate(self.records, start=1))[-self.MAX_ROWS:]
@@ -200,9 +191,9 @@ class ReleaseBoard:
             b = r["budget"]
             table.add_row(
                 str(number), f"{self._clock(r['window_start'])}-{self._clock(r['window_end'])}",
-                f"{r['outlier_count']['value']:.1f}", f"{r['flagged_count']['value']:.1f}", self._subspaces(r),
-                f"{b['epsilon_spent']:.1f} / {b['epsilon_remaining']:.1f}", f"[red]{burst}[/red]" if burst else "",
-                style="bold" if burst else None,
+                self._alarm(r), self._report(r),
+                f"{b['epsilon_spent']:.2f} / {b['epsilon_remaining']:.2f}", f"[red]{burst}[/red]" if burst else "",
+                style="bold" if r.get("alarm") else None,
             )
         return table
 
@@ -277,8 +268,8 @@ def _run_pipeline(config, args, console, live: bool, started: float, workdir: Pa
 
     plan = SimulationPlan(
         rate=_DEMO_RATE, duration=args.duration, malformed_rate=_MALFORMED_RATE,
-        burst=AnomalyBurst(start=0.4 * args.duration, duration=max(0.25 * args.duration, 2 * config.window.size_seconds),
-                           fraction=_ANOMALY_FRACTION),
+        burst=AnomalyBurst(start=0.5 * args.duration, duration=max(0.2 * args.duration, 2 * config.window.size_seconds),
+                           fraction=_ANOMALY_FRACTION, kind="clustered"),
     )
     source = VitalsSource(config.features, entity_field=config.stream.entity_field,
                           timestamp_field=config.stream.timestamp_field, n_devices=_DEMO_DEVICES, seed=args.seed)
@@ -312,7 +303,9 @@ def _run_pipeline(config, args, console, live: bool, started: float, workdir: Pa
                 raise MonitorError(f"the monitor service was not ready within {_READY_TIMEOUT_S:.0f} s")
         console.print(f"metrics: {service.metrics_url}")
         console.print(f"producing {plan.total_events} events from {_DEMO_DEVICES} simulated wearables over {args.duration:g} s; "
-                      f"anomaly burst (spo2 down, heart rate up) from +{plan.burst.start:g} s for {plan.burst.duration:g} s")
+                      f"a clustered anomaly burst (spo2 down, heart rate up, {_ANOMALY_FRACTION:.0%} of them) from "
+                      f"+{plan.burst.start:g} s for {plan.burst.duration:g} s; the alarm's baseline needs the first "
+                      f"{config.alarm.baseline_warmup_seconds:g} s")
         producer = open_producer(config.stream.bootstrap_servers, config.stream.kafka)
         topic = config.stream.input_topic
 
@@ -411,23 +404,27 @@ def _metric_total(text: str, name: str) -> float | None:
 def _print_summary(console, board: ReleaseBoard, stats: SimulationStats, config, service, metrics_text: str,
                    wall: float, workdir: Path, temporary: bool) -> None:
     records = board.records
-    eps, delta = config.release.window_cost(len(config.features))
     counts = service.counts
+    charges = [c for r in records for c in r.get("charges", [])]
+    alarm_eps = sum(c["epsilon"] for c in charges if c["kind"] in ("alarm_run", "baseline"))
+    report_eps = sum(c["epsilon"] for c in charges if c["kind"] == "report")
+    runs = sum(c["kind"] == "alarm_run" for c in charges)
     console.print("")
     console.print("[bold]demo summary[/bold]")
-    console.print(f"  windows released: {len(records)} of {config.window.size_seconds:g} s, each costing epsilon {eps:g} "
-                  f"(delta {delta:.2g}); suppressed: {int(_metric_total(metrics_text, 'dp_monitor_windows_suppressed_total') or 0)}")
+    console.print(f"  windows released: {len(records)} of {config.window.size_seconds:g} s; "
+                  f"pages: {sum((r.get('alarm_detail') or {}).get('state') == 'fired' for r in records)}")
     console.print(f"  events sent: {stats.events} ({stats.malformed_total} malformed on purpose); monitor: "
                   f"{counts.get('accepted', 0)} accepted, {counts.get('duplicate_entity', 0)} dropped as a device's 2nd+ event "
                   f"in a window, {counts.get('late', 0)} late, {counts.get('dead_letter', 0)} dead letters")
-    if records:
-        b = records[-1]["budget"]
-        console.print(f"  budget: epsilon {b['epsilon_spent']:.1f} spent, {b['epsilon_remaining']:.1f} left of "
-                      f"{config.budget.epsilon:g} per {config.budget.period_seconds / 3600:g} h ({b['accountant']} composition)")
-    verdict = burst_verdict(records, stats, config.release.epsilon_flagged)
+    verdict = burst_verdict(records, stats)
     console.print(f"  anomaly burst ({stats.burst_devices} devices, {stats.anomalous} anomalous events): {verdict.describe()}")
+    console.print(f"  privacy: the alarm path spent epsilon {alarm_eps:.2f} per person ({runs} alarm run(s) of "
+                  f"{config.alarm.run_epsilon:g} and the baseline), detailed reports {report_eps:.2f}; delta 0.")
+    console.print(f"  with config.yaml's 5-minute windows the same settings cost about {config.alarm.run_epsilon + config.alarm.baseline_epsilon:.2f} "
+                  f"per person on a day without a page, plus {config.alarm.run_epsilon:g} and one report per page "
+                  "(BENCHMARKS.md, \"Surge alarm\")")
     scraped = "served while running" if metrics_text else "not reachable at the end"
-    console.print(f"  metrics: {service.metrics_url} ({scraped})")
+    console.print(f"  metrics: {service.metrics_url} ({scraped}); operational metrics (not private): {service.operational_metrics_url}")
     where = "removed (use --workdir DIR to keep them)" if temporary else f"kept in {workdir}"
     console.print(f"  config, model and ledgers: {where}")
     console.print(f"  run time: {wall:.1f} s")

@@ -1,115 +1,151 @@
-"""The service's Prometheus metrics (names fixed in DEVELOPERS.md), on their own registry.
+"""The service's Prometheus metrics, on two registries served on two ports.
 
-A dedicated ``CollectorRegistry`` keeps two services in one process (tests, the demo)
-from clashing, and keeps the process's default collectors out of the endpoint.
+The trust boundary runs between them:
 
-Released values are DP releases; budget and schedule metrics are data-independent;
-event counters, lag and latency are operational and NOT covered by the guarantee.
+- ``MonitorMetrics.registry`` (``metrics.port``): what an analyst or a dashboard may see.
+  Only private values (the alarm, the baseline, the detailed reports, all DP) and public
+  facts (the schedule, the budget, the config). Nothing here moves with the data except
+  through a mechanism.
+- ``MonitorMetrics.operational`` (``metrics.operational_port``): what operators need to
+  run the service: events by status, dead letters, consumer lag, release latency. NOT
+  private: differencing the event counter at window closes gives each window's size.
+  Keep it away from analysts (a separate Prometheus job, a separate dashboard).
+
+Dedicated registries keep two services in one process (tests, the demo) from clashing,
+and keep the process's default collectors out of both endpoints.
 
 >>> m = MonitorMetrics()
 >>> m.events.labels(status="accepted").inc(3)
->>> m.registry.get_sample_value("dp_monitor_events_total", {"status": "accepted"})
+>>> m.operational.get_sample_value("dp_monitor_events_total", {"status": "accepted"})
 3.0
+>>> m.registry.get_sample_value("dp_monitor_events_total", {"status": "accepted"}) is None
+True
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-__all__ = ["MonitorMetrics", "EVENT_STATUSES"]
+__all__ = ["MonitorMetrics", "EVENT_STATUSES", "ALARM_STATES"]
 
 EVENT_STATUSES = ("accepted", "dead_letter", "late", "duplicate_entity")
+ALARM_STATES = ("fired", "held", "quiet", "warming_up", "suppressed", "off")
 
-# Release latency is dominated by the smooth-sensitivity computation (ms to s) and the
-# broker round trip; buckets from 5 ms to 1 min.
+# Release latency is dominated by the detailed report's smooth sensitivity (ms to s) and
+# the broker round trip; buckets from 5 ms to 1 min.
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class MonitorMetrics:
-    """Every metric the service exports, registered on ``registry``."""
+    """Every metric the service exports: private ones on ``registry``, operational ones on ``operational``."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        r = self.registry
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.operational = o = CollectorRegistry(auto_describe=True)
         p = "dp_monitor_"
-        # DP releases
-        self.released_outlier_count = Gauge(p + "released_outlier_count", "Noisy full-space outlier count of the last released window (DP).", registry=r)
-        self.released_flagged_count = Gauge(p + "released_flagged_count", "Noisy count of model-flagged events in the last released window (DP).", registry=r)
-        self.released_subspace_count = Gauge(
-            p + "released_subspace_count", "Noisy outlier count of each top-h subspace of the last released window (DP).",
+        # -- the alarm (DP: each answer is covered by its AboveThreshold run) ----------------
+        self.alarm = Gauge(p + "alarm", "1 while the private surge alarm pages (fired or held), else 0 (DP).", registry=r)
+        self.alarm_state = Gauge(p + "alarm_state", "1 for the alarm's state in the last window (DP).", ["state"], registry=r)
+        self.alarm_pages = Counter(p + "alarm_pages", "Positive alarm answers (pages) since start (DP post-processing).", registry=r)
+        self.alarm_threshold = Gauge(p + "alarm_threshold_events", "Excess flagged events a window needed to page (public: config and released baseline).", registry=r)
+        self.baseline_rate = Gauge(p + "baseline_flagged_rate", "Released normal flagged rate the alarm measures against (DP).", registry=r)
+        self.baseline_events = Gauge(p + "baseline_events_per_window", "Released mean events per window of the baseline span (DP).", registry=r)
+        # -- detailed reports (DP) ------------------------------------------------------------
+        self.report_event_count = Gauge(p + "report_event_count", "Noisy event count of the last reported window (DP).", registry=r)
+        self.report_flagged_count = Gauge(p + "report_flagged_count", "Noisy count of model-flagged events of the last reported window (DP).", registry=r)
+        self.report_outlier_count = Gauge(p + "report_outlier_count", "Noisy full-space outlier count of the last reported window (DP).", registry=r)
+        self.report_subspace_count = Gauge(
+            p + "report_subspace_count", "Noisy outlier count of each top-h subspace of the last reported window (DP).",
             ["rank", "subspace"], registry=r,
         )
-        # Post-processing of released counts only, so DP as well; the surge rule reads it, so
-        # that "N windows in a row" does not depend on the window size.
-        self.consecutive_above = Gauge(
-            p + "consecutive_windows_above_alert_level",
-            "Consecutive most recent released windows whose released outlier count exceeded the alert level (DP post-processing).",
-            registry=r,
+        self.report_grid_count = Gauge(
+            p + "report_top_grid_flagged_count", "Noisy flagged count of the model grid picked as driving the last reported window (DP).",
+            ["grid"], registry=r,
         )
-        # Public schedule
+        self.report_window_end = Gauge(p + "report_window_end_timestamp_seconds", "Event-time end of the last reported window.", registry=r)
+        self.reports = Counter(p + "reports", "Detailed reports released, by reason (alarm, schedule).", ["reason"], registry=r)
+        # -- public schedule ------------------------------------------------------------------
         self.released_window_end = Gauge(p + "released_window_end_timestamp_seconds", "Event-time end of the last released window.", registry=r)
-        self.last_release = Gauge(p + "last_release_timestamp_seconds", "Wall-clock time of the last release.", registry=r)
+        self.last_release = Gauge(p + "last_release_timestamp_seconds", "Scheduled time of the last release (its released_at).", registry=r)
         self.windows_released = Counter(p + "windows_released", "Windows released.", registry=r)
         self.windows_suppressed = Counter(p + "windows_suppressed", "Windows not released.", ["reason"], registry=r)
-        # Budget (data-independent) and config
+        # -- budget (data-independent) and config -------------------------------------------------
         self.budget_spent = Gauge(p + "budget_epsilon_spent", "Epsilon spent in the current period.", ["ledger"], registry=r)
         self.budget_remaining = Gauge(p + "budget_epsilon_remaining", "Epsilon left in the current period.", ["ledger"], registry=r)
         self.budget_limit = Gauge(p + "budget_epsilon_limit", "Configured epsilon per period.", ["ledger"], registry=r)
-        self.window_cost = Gauge(p + "window_cost_epsilon", "Epsilon one window costs.", registry=r)
-        self.outlier_alert_level = Gauge(p + "outlier_alert_level", "Released outlier count above which the surge alert counts a window.", registry=r)
+        self.alarm_run_cost = Gauge(p + "alarm_run_epsilon", "Epsilon one alarm run costs (config).", registry=r)
+        self.report_cost = Gauge(p + "report_cost_epsilon", "Epsilon one detailed report costs (config).", registry=r)
         self.window_size = Gauge(p + "window_size_seconds", "Configured window length (window.size_seconds).", registry=r)
         self.window_lateness = Gauge(p + "window_allowed_lateness_seconds", "Configured wait for late events after a window's end.", registry=r)
+        self.publish_delay = Gauge(p + "window_publish_delay_seconds", "Configured delay from a window's close time to its publication.", registry=r)
         self.info = Gauge(p + "info", "Build and configuration info.", ["version", "accountant", "mechanism"], registry=r)
-        # Operational: NOT private
-        self.events = Counter(p + "events", "Events seen, by status (operational, not private).", ["status"], registry=r)
-        self.dead_letters = Counter(p + "dead_letters", "Malformed events by reason (operational, not private).", ["reason"], registry=r)
-        self.consumer_lag = Gauge(p + "consumer_lag_messages", "Highwater minus position per partition (operational, not private).", ["partition"], registry=r)
+        # -- operational: NOT private, served apart ------------------------------------------
+        self.events = Counter(p + "events", "Events seen, by status (operational, NOT private).", ["status"], registry=o)
+        self.dead_letters = Counter(p + "dead_letters", "Malformed events by reason (operational, NOT private).", ["reason"], registry=o)
+        self.consumer_lag = Gauge(p + "consumer_lag_messages", "Highwater minus position per partition (operational, NOT private).", ["partition"], registry=o)
         self.release_latency = Histogram(
-            p + "release_latency_seconds", "From window close time to alert published (operational, not private).",
-            buckets=_LATENCY_BUCKETS, registry=r,
+            p + "release_latency_seconds", "From window close time to the end of the release computation (operational, NOT private).",
+            buckets=_LATENCY_BUCKETS, registry=o,
+        )
+        self.late_publications = Counter(
+            p + "late_publications", "Alerts published after their scheduled time because the release took longer than "
+            "window.publish_delay_seconds (operational, NOT private: lateness is a timing channel).", registry=o,
         )
         # Zero-valued series exist from the start, so rate() and absent() rules work at once.
         for status in EVENT_STATUSES:
             self.events.labels(status=status)
+        for reason in ("alarm", "schedule"):
+            self.reports.labels(reason=reason)
         self.windows_suppressed.labels(reason="budget")
-        self._alert_level: float | None = None
-        self._server = None
-        self._thread = None
-
-    def set_alert_level(self, level: float) -> None:
-        """Export ``metrics.outlier_alert_level`` and count released windows against it from now on.
-
-        >>> m = MonitorMetrics()
-        >>> m.set_alert_level(10)
-        >>> for count in (12, 15, 3, 11, 14):
-        ...     m.observe_release({"outlier_count": {"value": count}, "flagged_count": {"value": 0.0},
-        ...                        "window_end": 60.0, "released_at": 65.0})
-        >>> m.registry.get_sample_value("dp_monitor_consecutive_windows_above_alert_level")
-        2.0
-        """
-        self._alert_level = level
-        self.outlier_alert_level.set(level)
+        self._servers: list = []
 
     def observe_release(self, record: dict) -> None:
-        """Set the DP gauges from one released alert record."""
-        count = record["outlier_count"]["value"]
-        self.released_outlier_count.set(count)
-        # Only released windows reach here: a suppressed window neither extends nor breaks a run.
-        if self._alert_level is not None:
-            if count > self._alert_level:
-                self.consecutive_above.inc()
-            else:
-                self.consecutive_above.set(0)
-        self.released_flagged_count.set(record["flagged_count"]["value"])
-        # Subspaces of an older window must not linger as if they were current.
-        self.released_subspace_count.clear()
-        for top in record.get("top_subspaces", []):
-            self.released_subspace_count.labels(rank=str(top["rank"]), subspace="+".join(top["features"])).set(top["count"]["value"])
+        """Set the private gauges from one released alert record.
+
+        >>> m = MonitorMetrics()
+        >>> m.observe_release({"window_end": 300.0, "released_at": 335.0, "alarm": True,
+        ...                    "alarm_detail": {"state": "fired", "threshold": 40.0, "baseline_rate": 0.01},
+        ...                    "report": {"reason": "alarm", "event_count": {"value": 990.0}, "flagged_count": {"value": 80.0},
+        ...                               "outlier_count": {"value": 3.0}, "top_subspaces": [], "top_grid": None}})
+        >>> m.registry.get_sample_value("dp_monitor_alarm"), m.registry.get_sample_value("dp_monitor_report_flagged_count")
+        (1.0, 80.0)
+        """
+        detail = record.get("alarm_detail") or {}
+        state = detail.get("state")
+        self.alarm.set(1.0 if record.get("alarm") else 0.0)
+        for s in ALARM_STATES:
+            self.alarm_state.labels(state=s).set(1.0 if s == state else 0.0)
+        if state == "fired":
+            self.alarm_pages.inc()
+        if detail.get("threshold") is not None:
+            self.alarm_threshold.set(detail["threshold"])
+        base = record.get("baseline_in_use")
+        if base:
+            self.baseline_rate.set(base["rate"])
+            self.baseline_events.set(base["events_per_window"])
+        report = record.get("report")
+        if report and "suppressed" not in report:
+            self._observe_report(report, record["window_end"])
         self.released_window_end.set(record["window_end"])
         self.last_release.set(record["released_at"])
         budget = record.get("budget") or {}
         if "epsilon_spent" in budget:
             self.set_budget("stream", budget["epsilon_spent"], budget["epsilon_remaining"])
+
+    def _observe_report(self, report: dict, window_end: float) -> None:
+        self.reports.labels(reason=report["reason"]).inc()
+        self.report_event_count.set(report["event_count"]["value"])
+        self.report_flagged_count.set(report["flagged_count"]["value"])
+        self.report_outlier_count.set(report["outlier_count"]["value"])
+        # An older report's subspaces and grid must not linger as if they were current.
+        self.report_subspace_count.clear()
+        for top in report.get("top_subspaces", []):
+            self.report_subspace_count.labels(rank=str(top["rank"]), subspace="+".join(top["features"])).set(top["count"]["value"])
+        self.report_grid_count.clear()
+        grid = report.get("top_grid")
+        if grid:
+            self.report_grid_count.labels(grid=grid["grid"]).set(grid["flagged_count"]["value"])
+        self.report_window_end.set(window_end)
 
     def set_budget(self, ledger: str, spent: float, remaining: float, limit: float | None = None) -> None:
         self.budget_spent.labels(ledger=ledger).set(spent)
@@ -117,13 +153,21 @@ class MonitorMetrics:
         if limit is not None:
             self.budget_limit.labels(ledger=ledger).set(limit)
 
-    def serve(self, host: str, port: int) -> int:
-        """Start the /metrics HTTP server in a daemon thread; returns the bound port."""
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        return int(self._server.server_port)
+    def serve(self, host: str, port: int, operational_port: int | None = None) -> tuple[int, int | None]:
+        """Start the private and (unless None) the operational /metrics servers in daemon
+        threads; returns the bound ports."""
+        ports: list[int | None] = []
+        for registry, p in ((self.registry, port), (self.operational, operational_port)):
+            if p is None:
+                ports.append(None)
+                continue
+            server, _ = start_http_server(p, addr=host, registry=registry)
+            self._servers.append(server)
+            ports.append(int(server.server_port))
+        return ports[0], ports[1]
 
     def shutdown(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        self._servers.clear()

@@ -11,7 +11,8 @@ Two stages on Kafka (DESIGN 6, docs/scaling.md), run by one loop in one thread:
 - stage 2 (``monitor.stream.stage2``, group ``stream.group_id + ".stage2"`` on the
   internal topic, one process): merge each window's shards and release it once, in
   order, when every input partition has reported it or a public grace has passed,
-  through ``monitor.stream.releaser.WindowReleaser`` (ledger, then alerts topic);
+  through ``monitor.stream.publisher.WindowPublisher`` (``monitor.release.WindowReleaser``:
+  alarm, report, ledger; then the alerts topic at the scheduled time);
   internal offsets are committed only past windows in the ledger.
 
 ``stream.stage`` (or ``monitor run --stage``) picks ``both`` (default), ``1`` or ``2``.
@@ -37,7 +38,7 @@ from monitor.errors import MonitorError
 from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS
 from monitor.stream.events import EventSchema
 from monitor.stream.metrics import MonitorMetrics
-from monitor.stream.releaser import SEND_TIMEOUT_S, WindowReleaser
+from monitor.stream.publisher import SEND_TIMEOUT_S, WindowPublisher
 
 log = logging.getLogger("monitor.stream")
 
@@ -125,10 +126,10 @@ class MonitorService:
         self._metrics_port: int | None = None
         self.broker = None  # the EmbeddedBroker, when we started one
         self.schema = EventSchema.from_config(config)
-        self.cost = config.release.window_cost(len(config.features))
+        self._operational_port: int | None = None
         # Operational counts (NOT private), also in the metrics; handy for tests and bench.
         self.counts: Counter[str] = Counter()
-        self.stage1 = self.stage2 = self.releaser = None
+        self.stage1 = self.stage2 = self.publisher = None
         self.ledger = None
 
     # -- public -----------------------------------------------------------------------
@@ -140,17 +141,24 @@ class MonitorService:
         return f"http://{self.config.metrics.host}:{self._metrics_port}/metrics"
 
     @property
+    def operational_metrics_url(self) -> str | None:
+        """URL of the operators' (NOT private) Prometheus endpoint, once started."""
+        if self._operational_port is None:
+            return None
+        return f"http://{self.config.metrics.host}:{self._operational_port}/metrics"
+
+    @property
     def bootstrap_servers(self):
         return self._bootstrap
 
     @property
     def windows_closed(self) -> int:
         """Windows released or suppressed by this process (stage 2)."""
-        return self.releaser.windows_closed if self.releaser else 0
+        return self.publisher.windows_closed if self.publisher else 0
 
     @property
     def release_latencies(self) -> list[float]:
-        return self.releaser.release_latencies if self.releaser else []
+        return self.publisher.release_latencies if self.publisher else []
 
     @property
     def runs_stage1(self) -> bool:
@@ -184,9 +192,10 @@ class MonitorService:
     def run(self) -> None:
         """Run until ``stop()`` (or ``max_windows``); raises MonitorError on a setup problem."""
         cfg = self.config
-        if self.runs_stage1:
-            self.model = load_model(cfg)
-            self.threshold = float(self.model.threshold_)
+        # Both stages need the model: stage 1 flags events, stage 2's releaser drives
+        # the alarm and the reports with it.
+        self.model = load_model(cfg)
+        self.threshold = float(self.model.threshold_)
         try:
             if self.runs_stage2:
                 self._open_ledger()
@@ -195,7 +204,7 @@ class MonitorService:
             self._connect()
             try:
                 if self.runs_stage2:
-                    self.releaser.republish_unpublished()
+                    self.publisher.republish_unpublished()
                 self._loop()
             finally:
                 self._shutdown_clients()
@@ -214,6 +223,10 @@ class MonitorService:
         b = self.config.budget
         self.ledger = WindowLedger(b.ledger)
         self.accountant = BudgetAccountant(self.ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+        # Its producer comes with the others in _connect.
+        self.publisher = WindowPublisher(self.config, self.ledger, self.accountant, self.metrics, None, model=self.model,
+                                         noise=self._noise, stop=self._stop, on_release=self._on_release,
+                                         audit=self._audit_path)
 
     def _start_broker(self) -> None:
         if self._bootstrap:
@@ -226,15 +239,17 @@ class MonitorService:
 
     def _start_metrics(self) -> None:
         cfg, m = self.config, self.metrics
-        self._metrics_port = m.serve(cfg.metrics.host, cfg.metrics.port)
+        self._metrics_port, self._operational_port = m.serve(cfg.metrics.host, cfg.metrics.port, cfg.metrics.operational_port)
         m.budget_limit.labels(ledger="stream").set(cfg.budget.epsilon)
-        m.window_cost.set(self.cost[0])
-        m.set_alert_level(cfg.metrics.outlier_alert_level)
+        m.alarm_run_cost.set(cfg.alarm.run_epsilon)
+        if self.publisher is not None:
+            m.report_cost.set(self.publisher.report_cost[0])
         m.window_size.set(cfg.window.size_seconds)
         m.window_lateness.set(cfg.window.allowed_lateness_seconds)
+        m.publish_delay.set(cfg.window.publish_delay_seconds)
         from monitor import __version__
 
-        m.info.labels(version=__version__, accountant=cfg.budget.accountant, mechanism=cfg.release.mechanism).set(1)
+        m.info.labels(version=__version__, accountant=cfg.budget.accountant, mechanism=cfg.report.mechanism).set(1)
         if self.ledger is not None:
             at = self.ledger.last_window_end() or time.time()
             m.set_budget("stream", self.accountant.spent(at)[0], self.accountant.remaining(at))
@@ -244,7 +259,8 @@ class MonitorService:
             if last is not None:
                 m.last_release.set(json.loads(last.payload)["released_at"])
         self.update_reference_budget()
-        log.info("metrics on %s", self.metrics_url)
+        log.info("metrics on %s (private values and public facts only); operational metrics (NOT private) on %s",
+                 self.metrics_url, self.operational_metrics_url or "(off)")
 
     def update_reference_budget(self) -> None:
         """Export the reference ledger (written by `monitor fit` / `identify`), if there is one."""
@@ -272,13 +288,12 @@ class MonitorService:
         # shorter timeouts than real Kafka accepts make (re)starts take 1 s instead of 3 s.
         group = {**EMBEDDED_GROUP_SETTINGS, **s.kafka} if self.broker is not None else s.kafka
         if self.runs_stage2:
-            self.releaser = WindowReleaser(self.config, self.ledger, self.accountant, self.metrics, self.alert_producer,
-                                           self._noise, self._on_release, self._audit_path)
+            self.publisher.producer = self.alert_producer
             resume = self.ledger.last_window_end()
             # With no ledger yet, start at the oldest window whose grace has not passed:
             # the same windows a stage 1 starting now rebuilds from its input backlog.
             first = resume if resume is not None else time.time() - w.allowed_lateness_seconds - w.release_grace_seconds
-            self.stage2 = Stage2(self, self.releaser, first)
+            self.stage2 = Stage2(self, self.publisher, first)
             log.info("stage 2: first window to release starts at %.0f (%s)", self.stage2.next_start,
                      "after the ledger's last window" if resume is not None else "the oldest window within its grace")
             self.stage2.subscribe(make_consumer(self._bootstrap, s.group_id + STAGE2_GROUP_SUFFIX, _without_instance_id(group)))
@@ -310,8 +325,8 @@ class MonitorService:
                 log.warning("cannot create a producer yet: %s", err)
                 continue
             setattr(self, name, new)
-            if name == "alert_producer" and self.releaser is not None:
-                self.releaser.producer = new
+            if name == "alert_producer" and self.publisher is not None:
+                self.publisher.producer = new
             if old is not None:
                 try:
                     old.close(timeout=0)

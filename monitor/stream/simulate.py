@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from monitor.data.vitals import VITAL_FEATURES, VitalsSimulator
+from monitor.data.vitals import VITAL_FEATURES, VitalsSimulator, random_cluster
 from monitor.errors import MonitorError
 
 __all__ = [
@@ -57,11 +57,13 @@ MALFORMED_KINDS: tuple[str, ...] = ("bad_json", "not_object", "missing_field", "
 @dataclass(frozen=True)
 class AnomalyBurst:
     """From ``start`` to ``start + duration`` seconds after the simulation starts, a
-    fraction ``fraction`` of the devices sends anomalous readings."""
+    fraction ``fraction`` of the devices sends anomalous readings, ``clustered`` close
+    together (one cause hitting many people: the realistic case) or ``spread``."""
 
     start: float
     duration: float
     fraction: float = 0.05
+    kind: str = "clustered"
 
     def active(self, elapsed: float) -> bool:
         return self.duration > 0 and self.start <= elapsed < self.start + self.duration
@@ -85,6 +87,8 @@ class SimulationPlan:
             raise MonitorError(f"--malformed-rate must be between 0 and 1, got {self.malformed_rate}")
         if self.burst is not None and not 0.0 <= self.burst.fraction <= 1.0:
             raise MonitorError(f"--anomaly-fraction must be between 0 and 1, got {self.burst.fraction}")
+        if self.burst is not None and self.burst.kind not in ("clustered", "spread"):
+            raise MonitorError(f"--anomaly-kind must be clustered or spread, got {self.burst.kind!r}")
 
     @property
     def total_events(self) -> int:
@@ -106,6 +110,7 @@ class SimulationStats:
     burst_to: float | None = None
     in_burst: bool = False           # is the burst on right now (for live displays)
     elapsed: float = 0.0
+    feature_names: list = field(default_factory=list)
 
     @property
     def malformed_total(self) -> int:
@@ -159,8 +164,8 @@ class VitalsSource:
             event[name] = float(v)
         return event
 
-    def event(self, device: int, ts: float, anomalous: bool) -> bytes:
-        values = self.sim.readings([device], [anomalous])[0]
+    def event(self, device: int, ts: float, anomalous: bool, cluster: tuple[float, float] | None = None) -> bytes:
+        values = self.sim.readings([device], [anomalous], cluster=cluster)[0]
         return json.dumps(self.payload(device, ts, values)).encode()
 
     def malformed(self, device: int, ts: float, kind: str) -> bytes:
@@ -206,7 +211,9 @@ def run_simulation(
     stats = SimulationStats(started_at=clock())
     burst = plan.burst
     burst_mask = source.choose_burst_devices(burst.fraction) if burst else np.zeros(source.n_devices, bool)
+    cluster = random_cluster(source.rng) if burst and burst.kind == "clustered" else None
     stats.burst_devices = int(burst_mask.sum())
+    stats.feature_names = list(source.sim.feature_names)
     total = plan.total_events
     kinds = iter(_cycle(MALFORMED_KINDS))
     t0 = stats.started_at
@@ -227,7 +234,7 @@ def run_simulation(
                 stats.malformed[kind] += 1
             else:
                 anomalous = burst_on and bool(burst_mask[device])
-                send(key, source.event(device, now, anomalous))
+                send(key, source.event(device, now, anomalous, cluster if anomalous else None))
                 stats.anomalous += anomalous
                 stats.first_ts = stats.first_ts or now
                 stats.last_ts = now
@@ -302,6 +309,9 @@ def configure_simulate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--anomaly-start", type=float, help="seconds after the start when the burst begins (default: 40%% of the duration)")
     parser.add_argument("--anomaly-duration", type=float, help="burst length in seconds, 0 for none (default: 20%% of the duration)")
     parser.add_argument("--anomaly-fraction", type=float, default=0.05, help="share of devices in the burst (default 0.05)")
+    parser.add_argument("--anomaly-kind", choices=("clustered", "spread"), default="clustered",
+                        help="clustered: the burst's readings sit close together (one cause, the realistic case); "
+                        "spread: each far from the others (default clustered)")
     parser.add_argument("--malformed-rate", type=float, default=0.0, help="share of messages sent malformed, to exercise the dead-letter topic (default 0)")
     parser.add_argument("--seed", type=int, help="seed of the simulated population and readings (default: random)")
     parser.set_defaults(func=run_simulate_command)
@@ -311,7 +321,7 @@ def plan_from_args(args: argparse.Namespace) -> SimulationPlan:
     """The plan ``monitor simulate`` (and ``monitor demo``) derive from their options."""
     start = args.anomaly_start if args.anomaly_start is not None else 0.4 * args.duration
     length = args.anomaly_duration if args.anomaly_duration is not None else 0.2 * args.duration
-    burst = AnomalyBurst(start, length, args.anomaly_fraction) if length > 0 else None
+    burst = AnomalyBurst(start, length, args.anomaly_fraction, args.anomaly_kind) if length > 0 else None
     return SimulationPlan(rate=args.rate, duration=args.duration, burst=burst, malformed_rate=args.malformed_rate)
 
 
@@ -370,7 +380,8 @@ def summary_lines(stats: SimulationStats, plan: SimulationPlan, topic: str, boot
     if plan.burst and stats.burst_from is not None:
         lines.append(
             f"anomaly burst: {stats.burst_devices} devices from +{stats.burst_from - stats.started_at:.1f} s "
-            f"to +{stats.burst_to - stats.started_at:.1f} s, {stats.anomalous} anomalous events (spo2 down, heart_rate up)"
+            f"to +{stats.burst_to - stats.started_at:.1f} s, {stats.anomalous} anomalous events ({plan.burst.kind}; "
+            f"{_burst_features(plan, stats)})"
         )
     else:
         lines.append("anomaly burst: none")
@@ -378,3 +389,10 @@ def summary_lines(stats: SimulationStats, plan: SimulationPlan, topic: str, boot
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats.malformed.items()))
         lines.append(f"malformed messages: {stats.malformed_total} ({kinds})")
     return lines
+
+
+def _burst_features(plan: SimulationPlan, stats: SimulationStats) -> str:
+    names = stats.feature_names
+    if {"spo2", "heart_rate"} <= set(names):
+        return "spo2 down, heart_rate up"
+    return f"{' and '.join(names[:2])} shifted by a third of their range" if names else "first two features shifted"

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from monitor.stream.events import InvalidEvent
-from monitor.stream.releaser import SEND_TIMEOUT_S
+from monitor.stream.publisher import SEND_TIMEOUT_S
 from monitor.stream.shards import dumps, encode_shard
 from monitor.stream.windows import WindowStore
 

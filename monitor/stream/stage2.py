@@ -36,9 +36,9 @@ class Stage2:
 
     producers = ("alert_producer",)  # renewed after a broker error
 
-    def __init__(self, service, releaser, first_start: float) -> None:
+    def __init__(self, service, publisher, first_start: float) -> None:
         cfg = service.config
-        self.service, self.config, self.releaser = service, cfg, releaser
+        self.service, self.config, self.publisher = service, cfg, publisher
         self.size = cfg.window.size_seconds
         self.lateness = cfg.window.allowed_lateness_seconds
         self.grace = cfg.window.release_grace_seconds
@@ -180,7 +180,7 @@ class Stage2:
             log.error("stage 2, during stop: %s: %s", type(err).__name__, err)
 
     def _release(self, window: ClosedWindow) -> None:
-        self.releaser.close(window)
+        self.publisher.close(window)
         self._pending = None  # in the ledger and published: a retry has nothing left to do
         self.service.update_reference_budget()
         try:

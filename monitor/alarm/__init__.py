@@ -1,0 +1,12 @@
+"""Continual private surge alarms (DESIGN 7): private maths only, no broker.
+
+- ``AboveThreshold``: sparse vector runs over exact integer queries;
+- ``BaselineTracker`` / ``BaselineEstimate``: the normal flagged rate, released on a public schedule;
+- ``SurgeAlarm`` / ``AlarmAnswer``: one private yes/no per window, paying only when it pages.
+"""
+
+from monitor.alarm.above_threshold import AboveThreshold
+from monitor.alarm.baseline import BaselineEstimate, BaselineTracker
+from monitor.alarm.surge import RESOLUTION, AlarmAnswer, SurgeAlarm
+
+__all__ = ["AboveThreshold", "BaselineEstimate", "BaselineTracker", "SurgeAlarm", "AlarmAnswer", "RESOLUTION"]

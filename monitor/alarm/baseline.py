@@ -1,0 +1,171 @@
+"""The normal flagged rate the surge alarm measures against, estimated privately.
+
+The alarm's statistic is f - tau n (flagged events minus the expected number of them),
+so tau must follow the normal flagged rate: a deployment's live data never match the
+model's reference exactly, and the rate drifts. On a public schedule the tracker
+releases the flagged and event totals of the windows since its last estimate, with
+Laplace noise, and tau = flagged / events is post-processing of those two releases.
+
+Sensitivity. With an entity field, one privacy unit keeps at most one event per window,
+so over a span of W windows it moves the event total by at most W; its flagged events
+are clipped at ``flag_cap`` per span (public; a normal person is rarely flagged), so it
+moves the flagged total by at most min(flag_cap, W). Each total gets Laplace noise of
+that sensitivity over its epsilon. The error left in tau n_i is then about
+flag_cap / (epsilon_flagged W) events per window: a fraction of an event for a daily
+span, where unclipped totals would leave 1 / epsilon_flagged. Without an entity field
+each event is its own unit and both sensitivities are 1.
+
+>>> import numpy as np
+>>> t = BaselineTracker(epsilon_flagged=1.0, epsilon_events=1.0, window_seconds=60, warmup_seconds=120,
+...                     refresh_seconds=3600, rng=0)
+>>> for start in (0, 60):
+...     t.learn_one(start, start + 60, flagged=np.arange(1000) < 30)
+>>> t.due(120)
+True
+>>> est = t.release(120)
+>>> round(est.rate, 2), est.span_windows, est.epsilon
+(0.03, 2, 2.0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+
+from monitor.dp import noise_source
+
+__all__ = ["BaselineEstimate", "BaselineTracker"]
+
+
+@dataclass(frozen=True)
+class BaselineEstimate:
+    """A released estimate of the normal flagged rate (public: it is DP).
+
+    ``rate`` is the flagged share of events, ``events_per_window`` the mean number of
+    events per window, both over [span_start, span_end); ``epsilon`` is what the
+    release cost (pure DP).
+    """
+
+    rate: float
+    events_per_window: float
+    span_start: float
+    span_end: float
+    span_windows: int
+    epsilon: float
+    delta: float = 0.0
+    mechanism: str = "laplace_global"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BaselineEstimate":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+class BaselineTracker:
+    """Accumulates flagged and event totals window by window; releases them on schedule.
+
+    The first estimate comes ``warmup_seconds`` after the first window, later ones every
+    ``refresh_seconds``; both are public, so when a release happens says nothing about
+    the data. The totals are private state, never published except through ``release``.
+    """
+
+    def __init__(self, epsilon_flagged: float, epsilon_events: float, window_seconds: float,
+                 warmup_seconds: float, refresh_seconds: float, flag_cap: int | None = None, rng=None) -> None:
+        for name, value in (("epsilon_flagged", epsilon_flagged), ("epsilon_events", epsilon_events)):
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        self.epsilon_flagged = float(epsilon_flagged)
+        self.epsilon_events = float(epsilon_events)
+        self.window_seconds = float(window_seconds)
+        self.warmup_seconds = float(warmup_seconds)
+        self.refresh_seconds = float(refresh_seconds)
+        if flag_cap is not None and (int(flag_cap) != flag_cap or flag_cap < 1):
+            raise ValueError(f"flag_cap must be a positive integer or None, got {flag_cap!r}")
+        self.flag_cap = None if flag_cap is None else int(flag_cap)
+        self._noise = noise_source(rng)
+        self._per_unit: Counter = Counter()
+        self.estimate: BaselineEstimate | None = None
+        self._span_start: float | None = None
+        self._flagged = 0
+        self._events = 0
+
+    @property
+    def epsilon(self) -> float:
+        """What one estimate costs."""
+        return self.epsilon_flagged + self.epsilon_events
+
+    def span_length(self) -> float:
+        """Length of the span the next estimate covers (public)."""
+        return self.warmup_seconds if self.estimate is None else self.refresh_seconds
+
+    def span_bounds(self) -> tuple[float, float] | None:
+        """[start, scheduled end) of the span being accumulated, or None before the first window."""
+        if self._span_start is None:
+            return None
+        return self._span_start, self._span_start + self.span_length()
+
+    def learn_one(self, window_start: float, window_end: float, flagged: "np.ndarray | Sequence[bool]",
+                  entities: "Sequence[str | None]" = ()) -> None:
+        """Add one window's events to the current span: ``flagged`` per event, and with
+        ``flag_cap`` set, each event's entity (to clip a unit's flags)."""
+        if self._span_start is None:
+            self._span_start = float(window_start)
+        flagged = np.asarray(flagged, dtype=bool).reshape(-1)
+        self._events += int(flagged.size)
+        if self.flag_cap is None:
+            self._flagged += int(np.count_nonzero(flagged))
+            return
+        if len(entities) != flagged.size:
+            raise ValueError("flag_cap needs one entity per event")
+        for i in np.flatnonzero(flagged):
+            e = entities[i]
+            if self._per_unit[e] < self.flag_cap:
+                self._per_unit[e] += 1
+                self._flagged += 1
+
+    def due(self, window_end: float) -> bool:
+        """Has the current span reached its scheduled length (a function of time only)?"""
+        bounds = self.span_bounds()
+        return bounds is not None and window_end >= bounds[1] - 1e-9
+
+    def release(self, window_end: float) -> BaselineEstimate:
+        """Release the span's totals with Laplace noise and start a new span.
+
+        Guarantee: (epsilon_flagged + epsilon_events, 0)-DP for neighbours that differ by
+        one privacy unit contributing at most one event per window of the span (or by
+        one event, without ``flag_cap``).
+        """
+        assert self._span_start is not None, "release() before any window"
+        # Scheduled windows, not the windows seen: a gap (downtime) must not lower the
+        # sensitivity below what a unit present in every window could contribute.
+        w = max(1, int(math.ceil((window_end - self._span_start) / self.window_seconds - 1e-9)))
+        events_sensitivity = 1 if self.flag_cap is None else w
+        flagged_sensitivity = 1 if self.flag_cap is None else min(self.flag_cap, w)
+        flagged = self._noise.laplace(flagged_sensitivity / self.epsilon_flagged, center=float(self._flagged))
+        events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
+        # Post-processing: a rate in [0, 1]; with (almost) no traffic keep the previous one.
+        if events >= w:
+            rate = min(1.0, max(0.0, flagged / events))
+        else:
+            rate = self.estimate.rate if self.estimate is not None else 0.0
+        self.estimate = BaselineEstimate(
+            rate=rate, events_per_window=max(0.0, events / w), span_start=self._span_start, span_end=float(window_end),
+            span_windows=w, epsilon=self.epsilon,
+        )
+        self.skip()
+        return self.estimate
+
+    def skip(self) -> None:
+        """Drop the current span unreleased (the budget could not pay for it)."""
+        self._span_start, self._flagged, self._events = None, 0, 0
+        self._per_unit.clear()
+
+    def resume(self, estimate: BaselineEstimate | None) -> None:
+        """Continue from a published estimate (after a restart): no warm-up again."""
+        self.estimate = estimate

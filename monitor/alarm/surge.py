@@ -1,0 +1,161 @@
+"""The continual private surge alarm (DESIGN 7): one yes/no answer per window.
+
+Statistic of window i: a_i = f_i - tau n_i, with f_i the events the model flags at the
+alarm's own (strict) score threshold, n_i the events, and tau the released baseline
+rate (``monitor.alarm.baseline``). With one event per privacy unit per window, one unit
+moves every a_i by an amount in [-tau, 1 - tau]: an interval of width 1. Traffic swings
+cancel out in a_i, so n_i is never released.
+
+The answer "is a_i above T_i?" comes from AboveThreshold runs (``AboveThreshold``),
+with T_i = threshold + z sqrt(tau n_bar) + rate_margin tau n_bar, n_bar the released mean events per window:
+public numbers only. A positive answer pages; the alarm then holds for
+``hold_windows`` windows (answered "alarm" without a query, so a surge pages once and
+costs once) and resumes with the run's next positive, or a new run when the run is
+exhausted.
+
+Exactness: tau is rounded to a multiple of 1 / RESOLUTION (post-processing), so
+RESOLUTION a_i = RESOLUTION f_i - m n_i is an integer, and so is every comparison.
+
+Guarantee: each run is (epsilon_threshold + epsilon_queries, 0)-DP for entity-level
+neighbours over all the windows it answers; the caller charges a run before its first
+answer, over the span of windows it may answer.
+
+>>> alarm = SurgeAlarm(epsilon_threshold=1.0, epsilon_queries=1.0, threshold=20, z=3.0, hold_windows=2, rng=1)
+>>> base = BaselineEstimate(rate=0.01, events_per_window=1000, span_start=0, span_end=60, span_windows=1, epsilon=0.2)
+>>> alarm.open_run(run_id=1)
+>>> [alarm.answer_one(f, 1000, base).state for f in (9, 12, 80, 85, 90)]
+['quiet', 'quiet', 'fired', 'held', 'held']
+>>> alarm.needs_run()  # the run's one positive is used: the next window needs a new, charged run
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from monitor.alarm.above_threshold import AboveThreshold
+from monitor.alarm.baseline import BaselineEstimate
+
+__all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "AlarmState"]
+
+# Integer units per event of the statistic: tau is a multiple of 1 / RESOLUTION.
+RESOLUTION = 1 << 12
+
+AlarmState = Literal["fired", "held", "quiet", "warming_up", "suppressed", "off"]
+
+
+@dataclass(frozen=True)
+class AlarmAnswer:
+    """One window's alarm answer, as published (every field is public).
+
+    ``state``: "fired" (a positive answer: page), "held" (within ``hold_windows`` after
+    one: still paging, no query), "quiet" (a negative answer), "warming_up" (no baseline
+    yet: no query), "suppressed" (the budget could not pay for a run), "off" (``alarm.enabled``
+    is false).
+    """
+
+    state: AlarmState
+    run: int | None
+    epsilon: float
+    threshold: float | None
+    baseline_rate: float | None
+    delta: float = 0.0
+    mechanism: str = "above_threshold"
+
+    @property
+    def alarm(self) -> bool:
+        return self.state in ("fired", "held")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class SurgeAlarm:
+    """AboveThreshold runs over the surge statistic, with a hold after each page.
+
+    Parameters
+    ----------
+    epsilon_threshold, epsilon_queries, max_positives:
+        One run's privacy (see ``AboveThreshold``): a run costs their sum and answers
+        until ``max_positives`` positive answers.
+    threshold:
+        Excess flagged events per window (above tau n) that count as a surge.
+    z:
+        Extra margin in standard deviations of the natural (binomial) variation of the
+        flagged count, sqrt(tau n_bar): large windows fluctuate more.
+    rate_margin:
+        Extra margin as a share of the expected flagged count tau n_bar: the normal rate
+        moves within a day (who is online) more than a daily baseline follows.
+    hold_windows:
+        Windows answered "alarm" after a positive, with no query and no cost.
+    rng:
+        None in production (OpenDP); a seed for tests.
+    """
+
+    def __init__(self, epsilon_threshold: float, epsilon_queries: float, threshold: float, z: float = 3.0,
+                 hold_windows: int = 3, max_positives: int = 1, rate_margin: float = 0.0, rng=None) -> None:
+        if not (math.isfinite(threshold) and threshold >= 0):
+            raise ValueError(f"threshold must be a non-negative number, got {threshold!r}")
+        if not (math.isfinite(z) and z >= 0):
+            raise ValueError(f"z must be a non-negative number, got {z!r}")
+        if not (math.isfinite(rate_margin) and rate_margin >= 0):
+            raise ValueError(f"rate_margin must be a non-negative number, got {rate_margin!r}")
+        if int(hold_windows) != hold_windows or hold_windows < 0:
+            raise ValueError(f"hold_windows must be a non-negative integer, got {hold_windows!r}")
+        self.svt = AboveThreshold(epsilon_threshold, epsilon_queries, width=RESOLUTION, max_positives=max_positives, rng=rng)
+        self.threshold = float(threshold)
+        self.z = float(z)
+        self.rate_margin = float(rate_margin)
+        self.hold_windows = int(hold_windows)
+        self.run: int | None = None
+        self._hold_left = 0
+
+    @property
+    def epsilon(self) -> float:
+        """What one run costs (pure DP)."""
+        return self.svt.epsilon
+
+    @property
+    def holding(self) -> bool:
+        return self._hold_left > 0
+
+    def needs_run(self) -> bool:
+        """True when the next query needs a new (charged) run."""
+        return not self.holding and not self.svt.active
+
+    def open_run(self, run_id: int) -> None:
+        """Start run ``run_id``: call only after its charge is recorded."""
+        self.svt.start()
+        self.run = int(run_id)
+
+    def close_run(self) -> None:
+        """Forget the run (a restart, or a window the budget could not pay for)."""
+        self.svt.stop()
+        self.run = None
+
+    def window_threshold(self, baseline: BaselineEstimate) -> float:
+        """T_i in events: public, from the config and the released baseline only."""
+        expected = max(0.0, baseline.rate * baseline.events_per_window)
+        return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
+
+    def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None) -> AlarmAnswer:
+        """Answer one window, in window order."""
+        if baseline is None:
+            return AlarmAnswer("warming_up", None, 0.0, None, None)
+        threshold = self.window_threshold(baseline)
+        if self.holding:
+            self._hold_left -= 1
+            return AlarmAnswer("held", self.run, self.svt.epsilon, threshold, baseline.rate)
+        if not self.svt.active:
+            return AlarmAnswer("suppressed", None, 0.0, threshold, baseline.rate)
+        m = round(baseline.rate * RESOLUTION)
+        statistic = RESOLUTION * int(flagged) - m * int(events)
+        fired = self.svt.test_one(statistic, math.ceil(threshold * RESOLUTION))
+        run = self.run
+        if fired:
+            self._hold_left = self.hold_windows
+            if self.svt.exhausted:
+                self.run = None
+        return AlarmAnswer("fired" if fired else "quiet", run, self.svt.epsilon, threshold, baseline.rate)

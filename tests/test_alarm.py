@@ -1,0 +1,105 @@
+"""The private surge alarm: its guarantee checked on neighbouring streams, not only its noise."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from monitor.alarm import RESOLUTION, AboveThreshold, BaselineEstimate, BaselineTracker, SurgeAlarm
+
+EPS_T, EPS_Q = 0.5, 0.5
+WIDTH = 4
+
+
+def _first_positive(queries, threshold, seed, max_positives=1):
+    run = AboveThreshold(EPS_T, EPS_Q, width=WIDTH, max_positives=max_positives, rng=seed)
+    run.start()
+    out = []
+    for i, q in enumerate(queries):
+        if not run.active:
+            break
+        out.append(run.test_one(int(q), threshold))
+    return tuple(out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shift", ["up", "down", "mixed"])
+def test_output_distributions_of_neighbouring_streams_are_within_e_to_the_epsilon(shift):
+    # Neighbouring streams: one unit moves every query by an amount in [-m, WIDTH - m] (m = 1
+    # here, like -tau n for tau = 1/4). The run must be (EPS_T + EPS_Q)-DP on the output sequence.
+    base = np.array([0, 2, 5, 7, 9, 6])
+    threshold = 8
+    moves = {"up": np.full(6, WIDTH - 1), "down": np.full(6, -1), "mixed": np.array([3, -1, 3, -1, 3, -1])}[shift]
+    neighbour = base + moves
+    n = 60_000
+    a = Counter(_first_positive(base, threshold, seed) for seed in range(n))
+    b = Counter(_first_positive(neighbour, threshold, n + seed) for seed in range(n))
+    bound = math.exp(EPS_T + EPS_Q)
+    checked = 0
+    for outcome in set(a) | set(b):
+        pa, pb = a[outcome] / n, b[outcome] / n
+        if min(a[outcome], b[outcome]) < 400:  # too rare to estimate a ratio
+            continue
+        checked += 1
+        # 4 standard errors of the log ratio as sampling slack.
+        slack = 4 * math.sqrt(1 / a[outcome] + 1 / b[outcome])
+        assert math.log(pa / pb) <= math.log(bound) + slack, (outcome, pa, pb)
+        assert math.log(pb / pa) <= math.log(bound) + slack, (outcome, pa, pb)
+    assert checked >= 3
+
+
+def test_a_run_pays_only_for_its_positive_answers():
+    run = AboveThreshold(0.3, 0.7, width=1, max_positives=2, rng=0)
+    run.start()
+    answers = [run.test_one(q, 100) for q in [0] * 500 + [10_000, 0, 10_000]]
+    assert answers.count(True) == 2 and run.exhausted and run.epsilon == pytest.approx(1.0)
+    with pytest.raises(RuntimeError, match="no active run"):
+        run.test_one(0, 100)
+
+
+def test_noise_scales_follow_the_stated_guarantee():
+    run = AboveThreshold(0.2, 0.4, width=RESOLUTION, max_positives=3)
+    assert run.threshold_scale == pytest.approx(RESOLUTION / 0.2)
+    assert run.query_scale == pytest.approx(3 * RESOLUTION / 0.4)
+
+
+def test_the_statistic_is_an_exact_integer_whatever_the_rate():
+    # tau is snapped to a multiple of 1/RESOLUTION, so RESOLUTION f - m n is an integer and the
+    # comparison with the noisy threshold is exact: no float rounding can break the coupling.
+    alarm = SurgeAlarm(1.0, 1.0, threshold=10, z=0, hold_windows=0, rng=3)
+    alarm.open_run(1)
+    seen = []
+    alarm.svt.test_one = lambda q, t: seen.append((q, t)) or False  # record what the run is asked
+    base = BaselineEstimate(rate=0.1 + 1e-13, events_per_window=1000, span_start=0, span_end=1, span_windows=1, epsilon=1)
+    alarm.answer_one(113, 1001, base)
+    q, t = seen[0]
+    assert isinstance(q, int) and isinstance(t, int)
+    assert q == RESOLUTION * 113 - round(0.1 * RESOLUTION) * 1001
+
+
+def test_baseline_clips_each_entity_and_uses_the_scheduled_span_for_sensitivity():
+    t = BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=600, refresh_seconds=600, flag_cap=3, rng=0)
+    for i in range(10):  # one entity flagged in every window: only 3 of its flags count
+        t.learn_one(i * 60, i * 60 + 60, np.array([True, False]), ["heavy", f"p{i}"])
+    assert t._flagged == 3 and t._events == 20
+    est = t.release(600)
+    assert est.span_windows == 10 and est.epsilon == 2.0
+
+
+def test_baseline_without_entities_treats_each_event_as_a_unit():
+    t = BaselineTracker(1e6, 1e6, window_seconds=60, warmup_seconds=120, refresh_seconds=120, flag_cap=None, rng=0)
+    t.learn_one(0, 60, np.arange(100) < 5)
+    t.learn_one(60, 120, np.arange(100) < 7)
+    est = t.release(120)
+    assert est.rate == pytest.approx(12 / 200, abs=1e-4) and est.events_per_window == pytest.approx(100, abs=0.01)
+
+
+def test_threshold_grows_with_the_expected_count():
+    alarm = SurgeAlarm(1.0, 1.0, threshold=15, z=3, rate_margin=0.1)
+    small = BaselineEstimate(0.01, 1000, 0, 1, 1, 1.0)
+    large = BaselineEstimate(0.01, 100_000, 0, 1, 1, 1.0)
+    assert alarm.window_threshold(small) == pytest.approx(15 + 3 * math.sqrt(10) + 1)
+    assert alarm.window_threshold(large) > alarm.window_threshold(small) + 100
