@@ -484,24 +484,24 @@ class ServiceProcess:
         return self.proc.returncode
 
     def metric(self, name: str, **labels: str) -> float | None:
-        """One sample from the running service's /metrics (URL taken from its log), or None."""
+        """One sample from the running service's private or operational /metrics (URLs
+        taken from its log), or None."""
         import re
         import urllib.request
 
         if not self._log_path or not self.alive:
             return None
-        m = re.search(r"metrics on (http://\S+)", self._log_path.read_text(errors="replace"))
-        if not m:
-            return None
+        urls = re.findall(r"metrics(?: \(NOT private\))? on (http://\S+)", self._log_path.read_text(errors="replace"))
         want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        try:
-            text = urllib.request.urlopen(m.group(1), timeout=5).read().decode()
-        except OSError:
-            return None
-        for line in text.splitlines():
-            series, _, value = line.rpartition(" ")
-            if series == (f"{name}{{{want}}}" if want else name):
-                return float(value)
+        for url in urls:
+            try:
+                text = urllib.request.urlopen(url, timeout=5).read().decode()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                series, _, value = line.rpartition(" ")
+                if series == (f"{name}{{{want}}}" if want else name):
+                    return float(value)
         return None
 
     def freeze(self) -> None:
@@ -737,15 +737,16 @@ def check_ledger_schedule(entries: list[Any], window_seconds: float, cost: tuple
 
 def check_budget_spent(entries: list[Any], cost: tuple[float, float]) -> float:
     """The budget each alert record states: the i-th window (basic composition, one
-    period) reports i x cost spent, so no crash ever charged a window twice or skipped
-    one. Returns the total spent."""
+    period) reports (i - 1) x cost spent before its own charge (monitor.release decides
+    the record's budget before the window's row is written), so no crash ever charged a
+    window twice or skipped one. Returns the total spent."""
     ordered = sorted(entries, key=lambda e: float(field(e, "window_start")))
     for i, e in enumerate(ordered, 1):
         budget = json.loads(as_bytes(field(e, "payload")))["budget"]
         assert budget["accountant"] == "basic"
-        assert abs(budget["epsilon_spent"] - i * cost[0]) < 1e-6, (
+        assert abs(budget["epsilon_spent"] - (i - 1) * cost[0]) < 1e-6, (
             f"window {field(e, 'window_start')} (number {i}) states epsilon_spent "
-            f"{budget['epsilon_spent']}, expected {i} x {cost[0]}")
+            f"{budget['epsilon_spent']}, expected {i - 1} x {cost[0]}")
     return len(ordered) * cost[0]
 
 

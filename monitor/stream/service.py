@@ -280,7 +280,7 @@ class MonitorService:
         from monitor.stream.stage1 import Stage1
         from monitor.stream.stage2 import Stage2
 
-        s, w = self.config.stream, self.config.window
+        s = self.config.stream
         topics = [s.input_topic, s.shard_topic, s.alerts_topic, s.dead_letter_topic] + ([s.scores_topic] if s.scores_topic else [])
         ensure_topics(self._bootstrap, topics, s.kafka)
         self._make_producers()
@@ -290,12 +290,10 @@ class MonitorService:
         if self.runs_stage2:
             self.publisher.producer = self.alert_producer
             resume = self.ledger.last_window_end()
-            # With no ledger yet, start at the oldest window whose grace has not passed:
-            # the same windows a stage 1 starting now rebuilds from its input backlog.
-            first = resume if resume is not None else time.time() - w.allowed_lateness_seconds - w.release_grace_seconds
-            self.stage2 = Stage2(self, self.publisher, first)
-            log.info("stage 2: first window to release starts at %.0f (%s)", self.stage2.next_start,
-                     "after the ledger's last window" if resume is not None else "the oldest window within its grace")
+            # With no ledger yet, stage 2 decides once it has read the internal topic.
+            self.stage2 = Stage2(self, self.publisher, resume)
+            if resume is not None:
+                log.info("stage 2: first window to release starts at %.0f (after the ledger's last window)", resume)
             self.stage2.subscribe(make_consumer(self._bootstrap, s.group_id + STAGE2_GROUP_SUFFIX, _without_instance_id(group)))
         if self.runs_stage1:
             self.stage1 = Stage1(self)
