@@ -94,6 +94,28 @@ class StreamSettings(_Strict):
         5.0, gt=0, description="How long `monitor run` waits at start for a bootstrap server to accept a connection before it "
         "stops with one line (exit 2)."
     )
+    input_backend: Literal["kafka-python", "confluent"] = Field(
+        "kafka-python",
+        description="Client stage 1 reads the input with: confluent-kafka (librdkafka, extra `confluent`) reads faster.",
+    )
+    confluent: dict[str, Any] = Field(
+        default_factory=dict, description="librdkafka settings for the confluent input backend (security.protocol, ...).",
+    )
+    stage: Literal["both", "1", "2"] = Field(
+        "both",
+        description="What this process runs (docs/scaling.md): both stages, or stage 1 only (validate, score, window; "
+        "many processes) or stage 2 only (merge, release; one process). `monitor run --stage` overrides it.",
+    )
+    internal_topic: str | None = Field(
+        None, min_length=1,
+        description="Topic from stage 1 to stage 2: per window and input partition, the kept events' raw features "
+        "(inside the trust boundary, like the input); null = `<group_id>.shards`.",
+    )
+
+    @property
+    def shard_topic(self) -> str:
+        """The internal topic: ``internal_topic``, or one per consumer group."""
+        return self.internal_topic or f"{self.group_id}.shards"
 
 
 class WindowSettings(_Strict):
@@ -109,6 +131,11 @@ class WindowSettings(_Strict):
         24, ge=0, description="After downtime, how many of the most recent missed windows are still released from the backlog; "
         "older ones are suppressed (reason catch_up) so they cannot spend the budget the live windows need. Always 0 with the "
         "embedded broker (it starts empty); null = no cap."
+    )
+    release_grace_seconds: float = Field(
+        30.0, ge=0,
+        description="Public: a window is released once every input partition has reported it, or at the latest this "
+        "long after its close with what has arrived; longer than a consumer-group rejoin (docs/scaling.md).",
     )
     on_stop: Literal["release_due", "release_current"] = Field(
         "release_due",

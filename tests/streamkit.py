@@ -110,7 +110,8 @@ def write_model(path: Path, seed: int = 0, n: int = 2000) -> Path:
 def write_config(directory: Path, *, bootstrap: str, model_path: Path, prefix: str,
                  window_seconds: float = 1.0, lateness_seconds: float = 0.5,
                  max_message_bytes: int = 65536, metrics_port: int = 0,
-                 kafka: dict[str, Any] | None = None) -> Path:
+                 kafka: dict[str, Any] | None = None, grace_seconds: float = 20.0,
+                 entity_field: str | None = None, group: str | None = None) -> Path:
     """A config for a test run: short windows, a budget that never runs out, its own topics."""
     config = {
         "features": FEATURES,
@@ -120,13 +121,15 @@ def write_config(directory: Path, *, bootstrap: str, model_path: Path, prefix: s
             "input_topic": f"{prefix}.events",
             "alerts_topic": f"{prefix}.alerts",
             "dead_letter_topic": f"{prefix}.dead-letter",
-            "group_id": f"{prefix}-monitor",
+            "group_id": group or f"{prefix}-monitor",
+            "entity_field": entity_field,
             "timestamp_field": "ts",
             "max_message_bytes": max_message_bytes,
             # The service's defaults (6 s session) make each restart wait ~3 s to join.
             "kafka": {**FAST_GROUP, **(kafka or {})},
         },
-        "window": {"size_seconds": window_seconds, "allowed_lateness_seconds": lateness_seconds, "publish_delay_seconds": 0.0},
+        "window": {"size_seconds": window_seconds, "allowed_lateness_seconds": lateness_seconds, "publish_delay_seconds": 0.0,
+                   "release_grace_seconds": grace_seconds},
         # A detailed report with every window (a public schedule), so every window costs the
         # same and "charged once" is checkable window by window; the alarm is tested elsewhere.
         "alarm": {"enabled": False},
@@ -271,6 +274,100 @@ class EventPacer:
         self._producer.close(timeout=5)
 
 
+class KeyedPacer:
+    """Real-time events keyed by ``device_id`` (EventPacer sends no key), from a thread.
+
+    Devices take turns, and a device never sends twice within ``1.1 * window`` seconds,
+    so the per-window entity bound (first event per entity kept) drops nothing and every
+    event must be counted. Records ``entity`` and ``partition`` of each acknowledged id.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, rate: float, seed: int, devices: int, window: float,
+                 prefix: str = "m") -> None:
+        self.topic, self.interval, self.devices, self.window = topic, 1.0 / rate, devices, window
+        self.prefix = prefix
+        self.rng = random.Random(seed)
+        self.producer = make_producer(bootstrap)
+        self.entity: dict[str, str] = {}
+        self.partition: dict[str, int] = {}
+        self.last_ts = 0.0
+        self._futures: list[tuple[str, Any]] = []
+        self._last_by_device: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="keyed-pacer", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> "KeyedPacer":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        try:
+            n = 0
+            next_t = time.monotonic()
+            while not self._stop.is_set():
+                device = f"dev-{n % self.devices:02d}"
+                wait = self._last_by_device.get(device, -1e9) + 1.1 * self.window - time.time()
+                if wait > 0:
+                    time.sleep(wait)
+                now = time.time()
+                event_id = f"{self.prefix}-{n:06d}"
+                event = {**valid_event(event_id, now, self.rng), "device_id": device}
+                fut = self.producer.send(self.topic, key=device.encode(), value=encode(event))
+                self._futures.append((event_id, fut))
+                self.entity[event_id] = device
+                self._last_by_device[device] = now
+                self.last_ts = now
+                n += 1
+                next_t += self.interval
+                delay = next_t - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+        except BaseException as err:  # surfaced by stop()
+            self.error = err
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(10)
+        try:
+            self.producer.flush(timeout=30)
+            for event_id, fut in self._futures:
+                self.partition[event_id] = fut.get(timeout=30).partition  # raises if refused
+        finally:
+            self.producer.close(timeout=5)
+        if self.error:
+            raise self.error
+
+
+def stop_processes(procs: list["ServiceProcess"]) -> None:
+    """SIGTERM every process first (so none takes over another's partitions), then wait
+    for each to exit 0. Waiting rather than terminate(): a second SIGTERM during
+    interpreter shutdown would kill the process with -15."""
+    for p in procs:
+        p.ensure_alive()
+        p.proc.send_signal(signal.SIGTERM)
+    for p in procs:
+        assert p.proc.wait(30) == 0, p.log_tail()
+
+
+def assigned(service: "ServiceProcess") -> list[int] | None:
+    """The input partitions of the service's last stage-1 assignment, from its log (None before one)."""
+    import re
+
+    path = service._log_path
+    log = path.read_text(errors="replace") if path and path.exists() else ""
+    events = list(re.finditer(r"stage 1: (assigned input|revoked) partitions \[([\d, ]*)\]", log))
+    if not events or events[-1].group(1) == "revoked":
+        return None
+    return [int(p) for p in events[-1].group(2).replace(" ", "").split(",") if p]
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -333,9 +430,9 @@ class ServiceProcess:
     """``python -m monitor run`` as a real subprocess, one log file per start."""
 
     def __init__(self, config: Path, bootstrap: str, audit: Path, seed: int, logs: Path,
-                 max_windows: int | None = None) -> None:
+                 max_windows: int | None = None, stage: str | None = None, name: str = "service") -> None:
         self.config, self.bootstrap, self.audit, self.seed = config, bootstrap, audit, seed
-        self.logs, self.max_windows = logs, max_windows
+        self.logs, self.max_windows, self.stage, self.name = logs, max_windows, stage, name
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self.kills = 0
@@ -347,13 +444,15 @@ class ServiceProcess:
                "--seed", str(self.seed)]
         if self.max_windows is not None:
             cmd += ["--max-windows", str(self.max_windows)]
+        if self.stage is not None:
+            cmd += ["--stage", self.stage]
         return cmd
 
     def start(self) -> "ServiceProcess":
         assert not self.alive, "service already running"
         self.starts += 1
         self.logs.mkdir(parents=True, exist_ok=True)
-        self._log_path = self.logs / f"service-{self.starts:02d}.log"
+        self._log_path = self.logs / f"{self.name}-{self.starts:02d}.log"
         with open(self._log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
@@ -392,8 +491,7 @@ class ServiceProcess:
 
         if not self._log_path or not self.alive:
             return None
-        log = self._log_path.read_text(errors="replace")
-        urls = re.findall(r"metrics on (http://\S+)", log) + re.findall(r"operational metrics \(NOT private\) on (http://\S+)", log)
+        urls = re.findall(r"metrics(?: \(NOT private\))? on (http://\S+)", self._log_path.read_text(errors="replace"))
         want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         for url in urls:
             try:
@@ -639,8 +737,8 @@ def check_ledger_schedule(entries: list[Any], window_seconds: float, cost: tuple
 
 def check_budget_spent(entries: list[Any], cost: tuple[float, float]) -> float:
     """The budget each alert record states: the i-th window (basic composition, one
-    period) reports i x cost spent, so no crash ever charged a window twice or skipped
-    one. Returns the total spent."""
+    period) reports i x cost spent, its own charge included, so no crash ever charged a
+    window twice or skipped one. Returns the total spent."""
     ordered = sorted(entries, key=lambda e: float(field(e, "window_start")))
     for i, e in enumerate(ordered, 1):
         budget = json.loads(as_bytes(field(e, "payload")))["budget"]

@@ -107,7 +107,8 @@ def _run(tmp_path, broker: EmbeddedBroker, cleanup: contextlib.ExitStack) -> Non
     service.freeze()
     try:
         broker.start()  # same port, same s3 bucket
-        records_kept = warm_partitions(bootstrap, [f"{prefix}.{t}" for t in ("events", "alerts", "dead-letter")])
+        records_kept = warm_partitions(bootstrap, [f"{prefix}.{t}" for t in ("events", "alerts", "dead-letter")]
+                                       + [f"{prefix}-monitor.shards"])
     finally:
         service.thaw()
     restarted_at = time.time()

@@ -26,6 +26,7 @@ import time
 import pytest
 
 from streamkit import (
+    KeyedPacer,
     EventPacer,
     ServiceProcess,
     audit_line_count,
@@ -41,6 +42,7 @@ from streamkit import (
     read_audit,
     read_topic,
     require_service,
+    stop_processes,
     wait_for,
     window_cost,
     write_config,
@@ -152,3 +154,66 @@ def test_sigkill_at_random_moments_loses_and_repeats_nothing(tmp_path, fresh_bro
           f"{len(lines) - len(windows)} windows audited twice, {stats['records']} alert records "
           f"({stats['republished']} republished, {stats['published_twice']} windows published twice; "
           f"{caught} kills between publish and mark)")
+
+
+SPLIT_KILLS = 6
+
+
+def test_sigkill_any_process_of_a_two_stage_deployment(tmp_path, fresh_broker):
+    """Two `monitor run --stage 1` processes and one `--stage 2` on 3 input partitions,
+    events keyed by device in real time; SIGKILL a seeded random process at a random
+    moment, six times, restarting it each time. Every produced event is counted in
+    exactly one window, every window is in the ledger once and charged once, every
+    alert equals its ledger row (issue 11)."""
+    require_service()
+    rng = random.Random(SEED + 7)
+    bootstrap = fresh_broker.bootstrap_servers
+    prefix = "split"
+    model = write_model(tmp_path / "model.json", seed=SEED)
+    config = write_config(tmp_path, bootstrap=bootstrap, model_path=model, prefix=prefix, window_seconds=WINDOW,
+                          lateness_seconds=LATENESS, grace_seconds=20.0, entity_field="device_id")
+    create_topic(bootstrap, f"{prefix}.events", partitions=3)
+    audit = tmp_path / "audit.jsonl"
+    logs = tmp_path / "logs"
+    procs = [ServiceProcess(config, bootstrap, audit, seed=SEED, logs=logs, stage="1", name=f"stage1-{i}") for i in range(2)]
+    procs.append(ServiceProcess(config, bootstrap, audit, seed=SEED, logs=logs, stage="2", name="stage2"))
+    pacer = KeyedPacer(bootstrap, f"{prefix}.events", rate=RATE, seed=SEED, devices=40, window=WINDOW)
+    tails = lambda: "\n".join(p.log_tail() for p in procs)  # noqa: E731
+    killed = []
+    try:
+        for p in procs:
+            p.start()
+        wait_for(lambda: audit_line_count(audit) >= 2, 90, "the first releases", on_timeout=tails)
+        pacer.start()
+        for _ in range(SPLIT_KILLS):
+            before = audit_line_count(audit)
+            wait_for(lambda: audit_line_count(audit) >= before + 2, 60, "releases before the next kill", on_timeout=tails)
+            victim = rng.choice(procs)
+            time.sleep(rng.uniform(0.0, 1.5 * WINDOW))
+            victim.kill()
+            killed.append(victim.name)
+            victim.start()
+        before = audit_line_count(audit)
+        wait_for(lambda: audit_line_count(audit) >= before + 3, 60, "releases after the last kill", on_timeout=tails)
+        pacer.stop()
+        wait_for(lambda: any(float(w["window_end"]) > pacer.last_ts for w in read_audit(audit)), 90,
+                 "the window of the last event", interval=0.1, on_timeout=tails)
+        stop_processes(procs)
+    finally:
+        for p in procs:
+            p.cleanup()
+        if pacer._thread.is_alive():
+            pacer.stop()
+
+    windows = audit_windows(read_audit(audit))
+    counted = check_events_counted_once(windows, set(pacer.entity), WINDOW)
+    assert counted == len(pacer.entity) > 10 * RATE * 0.5
+    entries = ledger_rows(tmp_path / "ledger.sqlite")
+    cost = window_cost(config)
+    starts = check_ledger_schedule(entries, WINDOW, cost)
+    assert set(windows) == set(starts)
+    assert abs(check_budget_spent(entries, cost) - len(starts) * cost[0]) < 1e-6
+    stats = check_alerts_match_ledger(read_topic(bootstrap, f"{prefix}.alerts"), entries)
+    assert stats["windows"] == len(starts)
+    print(f"\nsplit crash: SIGKILLed {killed}; {len(starts)} windows, {counted} events counted once, "
+          f"{stats['republished']} alerts republished")

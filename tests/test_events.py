@@ -98,3 +98,45 @@ def test_parse_timestamp_rejects_garbage():
     with pytest.raises(InvalidEvent):
         parse_timestamp("2025-13-45")
     assert parse_timestamp(0) == 0.0
+
+
+# Field values that parse() accepts and rejects, to mix into batches.
+_VALUES = [72, 97.5, 0, -3.25, 1e308, 2**70, True, None, "72", [], {}, "2025-11-21T04:40:00Z", -1.0, 1763700000]
+_RAW = [b"", b"{", b"[]", b"1,2", b'{"hr": 1e999}', b'{"hr": NaN}', b'{},{"hr":"', b'"}', b"x" * 300]
+
+
+def test_parse_batch_accepts_exactly_what_parse_accepts(schema):
+    """Batches mixing valid and malformed messages (wrong types, NaN, huge ints, bools,
+    messages that are only valid when joined): parse_batch returns None whenever any
+    message is invalid, and otherwise exactly the per-message results."""
+    from hypothesis import given, settings, strategies as st
+
+    value = st.sampled_from(_VALUES + [...])
+    body = st.fixed_dictionaries({"hr": value, "spo2": value, "ts": value, "patient": st.sampled_from(["p1", 7, True, None, 1.5, ...]),
+                                  "id": st.sampled_from(["e1", 3, None, 2.5, ...])})
+    message = st.one_of(body.map(lambda d: json.dumps({k: v for k, v in d.items() if v is not ...}).encode()),
+                        st.sampled_from(_RAW), st.just(good()), st.just(good(patient=17, id=3)))
+
+    @settings(max_examples=400, deadline=None, derandomize=True)
+    @given(st.lists(message, min_size=1, max_size=6))
+    def check(values):
+        results = []
+        for v in values:
+            try:
+                results.append(schema.parse(v))
+            except InvalidEvent:
+                results.append(None)
+        batch = schema.parse_batch(values)
+        if any(r is None for r in results):
+            assert batch is None
+            return
+        if batch is None:  # allowed (e.g. an ISO timestamp takes the per-message path)
+            return
+        assert batch.X.tolist() == [list(r.features) for r in results]
+        assert batch.timestamps.tolist() == [r.timestamp for r in results]
+        assert batch.entities == [r.entity for r in results]
+        assert batch.event_ids == [r.event_id for r in results]
+
+    check()
+    # And the fast path is taken for plain valid batches.
+    assert schema.parse_batch([good(), good(patient=17, id=3)]) is not None

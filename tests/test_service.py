@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import threading
 import time
@@ -91,9 +93,14 @@ def event(ts: float, i: int, hr: float = 75.0, **extra) -> bytes:
     return json.dumps({"hr": hr, "spo2": 96.0, "ts": ts, "id": f"e{i}", **extra}).encode()
 
 
-def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap, model_path, tmp_path):
+_HAS_CONFLUENT = importlib.util.find_spec("confluent_kafka") is not None
+
+
+@pytest.mark.parametrize("backend", ["kafka-python", pytest.param(
+    "confluent", marks=pytest.mark.skipif(not _HAS_CONFLUENT, reason="confluent-kafka not installed (extra `confluent`)"))])
+def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap, model_path, tmp_path, backend):
     # Lateness well above the producer's delays on a loaded machine: no good event is late.
-    cfg = make_config(tmp_path, model_path, size=2.0, lateness=3.0)
+    cfg = make_config(tmp_path, model_path, size=2.0, lateness=3.0, input_backend=backend)
     audit = tmp_path / "audit.jsonl"
     releases: list[dict] = []
     service = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=5, audit_path=audit, on_release=releases.append)
@@ -117,6 +124,8 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     deadline = time.monotonic() + 20
     while not (releases and releases[-1]["window_end"] > max(sent.values())) and time.monotonic() < deadline:
         time.sleep(0.05)
+    # Read while the service runs: its endpoints close when it stops.
+    operational_text = urllib.request.urlopen(service.operational_metrics_url, timeout=5).read().decode()
     service.stop()
     finish(thread)
 

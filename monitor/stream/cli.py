@@ -26,6 +26,9 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 
     add_config_option(parser)
     parser.add_argument("--bootstrap-servers", help="Kafka brokers, overriding stream.bootstrap_servers")
+    parser.add_argument("--stage", choices=["1", "2", "both"],
+                        help="run stage 1 only (validate, score, window; many processes), stage 2 only (merge and "
+                        "release; one process) or both (default; overrides stream.stage); see docs/scaling.md")
     parser.add_argument("--max-windows", type=int, metavar="N", help="stop cleanly after N windows released or suppressed")
     parser.add_argument("--audit-file", metavar="F", help=f"{_TEST_ONLY}: append each window's true size and event ids to F (not private)")
     parser.add_argument("--seed", type=int, help=f"{_TEST_ONLY}: reproducible noise; releases are then NOT private")
@@ -55,6 +58,7 @@ def run_command(args: argparse.Namespace) -> int:
         rng=args.seed,
         audit_path=args.audit_file,
         max_windows=args.max_windows,
+        stage=args.stage,
     )
 
     finished = threading.Event()

@@ -1,63 +1,65 @@
 """The monitor service: Kafka in, private windows out, a budget that survives crashes.
 
-One loop in one thread:
+Two stages on Kafka (DESIGN 6, docs/scaling.md), run by one loop in one thread:
 
-1. poll a batch of events; validate each (bad ones go to the dead-letter topic with
-   their original bytes and a ``reason`` header); score the valid ones with the model
-   in one vectorised call; put them in their event-time windows;
-2. once the backlog present at start is read (catch-up), close every window whose
-   wall-clock close time (end + allowed lateness) has passed, in order: accountant
-   decides -> noise is drawn -> ledger row (fsynced) -> audit line (tests only) ->
-   alerts topic -> ``mark_published`` -> metrics -> offsets committed;
-3. commit, per partition, the smallest offset still held by an open window, so a crash
-   loses nothing: events are read again and windows already in the ledger skip them.
+- stage 1 (``monitor.stream.stage1``, consumer group ``stream.group_id`` on the input
+  topic, any number of processes): validate each event (bad ones go to the dead-letter
+  topic with their original bytes and a ``reason`` header), score the valid ones in one
+  vectorised call, keep one event per entity per window, and once a window has closed
+  (end + allowed lateness) send its shard from each input partition to the internal
+  topic; input offsets are committed only past shards the broker acknowledged;
+- stage 2 (``monitor.stream.stage2``, group ``stream.group_id + ".stage2"`` on the
+  internal topic, one process): merge each window's shards and release it once, in
+  order, when every input partition has reported it or a public grace has passed,
+  through ``monitor.stream.publisher.WindowPublisher`` (``monitor.release.WindowReleaser``:
+  alarm, report, ledger; then the alerts topic at the scheduled time);
+  internal offsets are committed only past windows in the ledger.
 
-The schedule of releases depends only on the clock and the config, never on the data.
+``stream.stage`` (or ``monitor run --stage``) picks ``both`` (default), ``1`` or ``2``.
+The schedule of releases depends only on the clock, the config and which input
+partitions have reported, never on the events' values.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
-import numpy as np
 from kafka.errors import KafkaError
 
 from monitor.config import MonitorConfig
 from monitor.errors import MonitorError
-from monitor.release import WindowReleaser
-from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS
-from monitor.stream.events import EventSchema, InvalidEvent
-from monitor.stream.metrics import MonitorMetrics
 from monitor.stream import startup
-from monitor.budget.plan import iso
-from monitor.stream.windows import ClosedWindow, WindowStore
+from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS
+from monitor.stream.events import EventSchema
+from monitor.stream.metrics import MonitorMetrics
+from monitor.stream.publisher import WindowPublisher
 
 log = logging.getLogger("monitor.stream")
 
-__all__ = ["MonitorService", "load_model"]
+__all__ = ["MonitorService", "load_model", "STAGE2_GROUP_SUFFIX"]
 
-# How long to wait for the highwater of a newly assigned partition before releasing
-# anyway (a partition whose leader never answers must not block every release).
-_CATCH_UP_TIMEOUT_S = 30.0
 _COMMIT_INTERVAL_S = 5.0
 _LAG_INTERVAL_S = 1.0
 # Errors worth waiting out. Anything else is a bug: retrying it forever would only hide
 # that no window is being released, so it stops the service with its traceback.
 _RETRIABLE = (KafkaError, OSError, sqlite3.OperationalError)
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.5, 30.0
-_SEND_TIMEOUT_S = 30.0
 # Alerts are sent without the client's own retries: a broker that restarts loses the
 # idempotent producer's state, and an internal retry would then write a second copy
 # without the `republished` header. The service retries itself, with the header.
 _ALERT_PRODUCER = {"retries": 0, "enable_idempotence": False}
+# Shards may be written by several stage-1 processes at once, which Tansu's idempotent
+# producers do not survive (INFRA); a duplicate from a retry is harmless, since stage 2
+# keeps the first complete attempt per window and partition.
+_SHARD_PRODUCER = {"enable_idempotence": False}
+STAGE2_GROUP_SUFFIX = ".stage2"
 
 
 def load_model(config: MonitorConfig):
@@ -93,6 +95,8 @@ class MonitorService:
         Called with each alert record (dict) after it is published, e.g. the demo's table.
     max_windows:
         Stop cleanly after this many windows were released or suppressed.
+    stage:
+        Overrides ``stream.stage``: ``"both"``, ``"1"`` (ingest only) or ``"2"`` (release only).
     """
 
     def __init__(
@@ -104,10 +108,14 @@ class MonitorService:
         audit_path: str | Path | None = None,
         on_release: Callable[[dict], None] | None = None,
         max_windows: int | None = None,
+        stage: Literal["both", "1", "2"] | None = None,
     ) -> None:
         from monitor.dp import noise_source
 
         self.config = config
+        self.stage = str(stage or config.stream.stage)
+        if self.stage not in ("both", "1", "2"):
+            raise MonitorError(f"stage must be 1, 2 or both, got {stage!r}")
         self._bootstrap = bootstrap_servers or config.stream.bootstrap_servers
         self._noise = noise_source(rng)
         self._audit_path = Path(audit_path) if audit_path else None
@@ -122,12 +130,13 @@ class MonitorService:
         self._operational_port: int | None = None
         from monitor.stream.inputwatch import InputWatch
 
-        self._watch = InputWatch(config.feature_names, config.bounds, dead_letter_topic=config.stream.dead_letter_topic,
-                                 counter=self.metrics.values_out_of_bounds)
+        # Rate-limited warnings for a misspelt field or values far outside the bounds.
+        self.watch = InputWatch(config.feature_names, config.bounds, dead_letter_topic=config.stream.dead_letter_topic,
+                                counter=self.metrics.values_out_of_bounds)
         # Operational counts (NOT private), also in the metrics; handy for tests and bench.
         self.counts: Counter[str] = Counter()
-        self.windows_closed = 0
-        self.release_latencies: list[float] = []
+        self.stage1 = self.stage2 = self.publisher = None
+        self.ledger = None
 
     # -- public -----------------------------------------------------------------------
     @property
@@ -148,31 +157,58 @@ class MonitorService:
     def bootstrap_servers(self):
         return self._bootstrap
 
+    @property
+    def windows_closed(self) -> int:
+        """Windows released or suppressed by this process (stage 2)."""
+        return self.publisher.windows_closed if self.publisher else 0
+
+    @property
+    def release_latencies(self) -> list[float]:
+        return self.publisher.release_latencies if self.publisher else []
+
+    @property
+    def runs_stage1(self) -> bool:
+        return self.stage in ("both", "1")
+
+    @property
+    def runs_stage2(self) -> bool:
+        return self.stage in ("both", "2")
+
     def stop(self) -> None:
         """Ask ``run()`` to finish: thread- and signal-safe, returns at once."""
         self._stop.set()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until the service has joined its group and read its backlog."""
+        """Block until the service has joined its group(s) and read its backlog."""
         return self._ready.wait(timeout)
+
+    def stage1_ready(self) -> bool:
+        """False while this process's own stage 1 is joining or catching up: a window
+        is then not released on its grace alone, since this process is about to report
+        partitions (after a restart, the grace may pass during the rejoin)."""
+        return self.stage1 is None or self.stage1.ready
+
+    def done(self) -> bool:
+        """True once a stop was asked or ``max_windows`` windows were closed."""
+        if self._max_windows is not None and self.windows_closed >= self._max_windows and not self._stop.is_set():
+            log.info("released or suppressed %d windows (--max-windows): stopping", self.windows_closed)
+            self._stop.set()
+        return self._stop.is_set()
 
     def run(self) -> None:
         """Run until ``stop()`` (or ``max_windows``); raises MonitorError on a setup problem."""
-        from monitor.budget.accountant import BudgetAccountant
-        from monitor.budget.ledger import WindowLedger
-
+        cfg = self.config
+        # Both stages need the model: stage 1 flags events, stage 2's releaser drives
+        # the alarm and the reports with it.
+        self.model = load_model(cfg)
+        self.threshold = float(self.model.threshold_)
         from monitor.lockfile import LedgerLock
 
-        cfg = self.config
-        self.model = load_model(cfg)
-        self._threshold = float(self.model.threshold_)
-        lock = LedgerLock(cfg.budget.ledger).acquire()  # one monitor per ledger, or budgets are spent twice
-        ledger = WindowLedger(cfg.budget.ledger)
+        # One stage 2 per ledger, or budgets are spent twice.
+        lock = LedgerLock(cfg.budget.ledger).acquire() if self.runs_stage2 else None
         try:
-            self.accountant = BudgetAccountant(ledger, cfg.budget.epsilon, cfg.budget.delta, cfg.budget.period_seconds, cfg.budget.accountant)
-            self.ledger = ledger
-            self.releaser = WindowReleaser(cfg, self.accountant, self.model, rng=self._noise,
-                                           audit=(lambda w, _: self._audit(w, "released")) if self._audit_path else None)
+            if self.runs_stage2:
+                self._open_ledger()
             startup.check_ports(cfg, embedded=not self._bootstrap)
             self._start_broker()
             self._start_metrics()
@@ -181,25 +217,33 @@ class MonitorService:
             with startup.kafka_setup_errors(self._bootstrap):
                 self._connect()
             try:
-                self._republish_unpublished()
-                resume = startup.skip_missed_windows(cfg, ledger, time.time(), self.broker is not None, self.metrics)
-                # With no ledger yet, start at the oldest window the clock has not closed:
-                # a partition taken over from another instance brings events of windows
-                # that are still open, and they must not count as late here.
-                first = resume if resume is not None else time.time() - cfg.window.allowed_lateness_seconds
-                self.store = WindowStore(cfg.window.size_seconds, cfg.window.allowed_lateness_seconds, first, len(cfg.features))
-                startup.announce_schedule(cfg, ledger, self.store.next_start, time.time())
+                if self.runs_stage2:
+                    self.publisher.republish_unpublished()
                 self._loop()
             finally:
                 self._shutdown_clients()
         finally:
-            ledger.close()
-            lock.release()
+            if self.ledger is not None:
+                self.ledger.close()
             self.metrics.shutdown()
             if self.broker is not None:
                 self.broker.stop()
+            if lock is not None:
+                lock.release()
 
     # -- setup ------------------------------------------------------------------------
+    def _open_ledger(self) -> None:
+        from monitor.budget.accountant import BudgetAccountant
+        from monitor.budget.ledger import WindowLedger
+
+        b = self.config.budget
+        self.ledger = WindowLedger(b.ledger)
+        self.accountant = BudgetAccountant(self.ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+        # Its producer comes with the others in _connect.
+        self.publisher = WindowPublisher(self.config, self.ledger, self.accountant, self.metrics, None, model=self.model,
+                                         noise=self._noise, stop=self._stop, on_release=self._on_release,
+                                         audit=self._audit_path)
+
     def _start_broker(self) -> None:
         if self._bootstrap:
             return
@@ -211,28 +255,31 @@ class MonitorService:
 
     def _start_metrics(self) -> None:
         cfg, m = self.config, self.metrics
-        self._metrics_port, self._operational_port = startup.serve_metrics(m, cfg.metrics.host, cfg.metrics.port, cfg.metrics.operational_port)
+        self._metrics_port, self._operational_port = startup.serve_metrics(m, cfg.metrics.host, cfg.metrics.port,
+                                                                           cfg.metrics.operational_port)
         m.budget_limit.labels(ledger="stream").set(cfg.budget.epsilon)
         m.alarm_run_cost.set(cfg.alarm.run_epsilon)
-        m.report_cost.set(self.releaser.report_cost[0])
+        if self.publisher is not None:
+            m.report_cost.set(self.publisher.report_cost[0])
         m.window_size.set(cfg.window.size_seconds)
         m.window_lateness.set(cfg.window.allowed_lateness_seconds)
         m.publish_delay.set(cfg.window.publish_delay_seconds)
         from monitor import __version__
 
         m.info.labels(version=__version__, accountant=cfg.budget.accountant, mechanism=cfg.report.mechanism).set(1)
-        at = self.ledger.last_window_end() or time.time()
-        m.set_budget("stream", self.accountant.spent(at)[0], self.accountant.remaining(at))
-        self._update_reference_budget()
-        # The "no window released for too long" rule must see a stall that begins right
-        # after a restart, so the last release comes from the ledger, not from zero.
-        last = self.ledger.last_released()
-        if last is not None:
-            m.last_release.set(json.loads(last.payload)["released_at"])
+        if self.ledger is not None:
+            at = self.ledger.last_window_end() or time.time()
+            m.set_budget("stream", self.accountant.spent(at)[0], self.accountant.remaining(at))
+            # The "no window released for too long" rule must see a stall that begins right
+            # after a restart, so the last release comes from the ledger, not from zero.
+            last = self.ledger.last_released()
+            if last is not None:
+                m.last_release.set(json.loads(last.payload)["released_at"])
+        self.update_reference_budget()
         log.info("metrics on %s (private values and public facts only); operational metrics (NOT private) on %s",
                  self.metrics_url, self.operational_metrics_url or "(off)")
 
-    def _update_reference_budget(self) -> None:
+    def update_reference_budget(self) -> None:
         """Export the reference ledger (written by `monitor fit` / `identify`), if there is one."""
         from monitor.budget.reference import ReferenceLedger
 
@@ -246,156 +293,128 @@ class MonitorService:
             log.warning("cannot read the reference ledger %s: %s", b.reference_ledger, err)
 
     def _connect(self) -> None:
-        from kafka import ConsumerRebalanceListener
-
-        from monitor.stream.clients import ensure_topics, make_consumer, make_producer
+        from monitor.stream.clients import ensure_topics, make_consumer
+        from monitor.stream.stage1 import Stage1
+        from monitor.stream.stage2 import Stage2
 
         s = self.config.stream
-        topics = [s.input_topic, s.alerts_topic, s.dead_letter_topic] + ([s.scores_topic] if s.scores_topic else [])
+        topics = [s.input_topic, s.shard_topic, s.alerts_topic, s.dead_letter_topic] + ([s.scores_topic] if s.scores_topic else [])
         ensure_topics(self._bootstrap, topics, s.kafka)
-        self.producer = make_producer(self._bootstrap, s.kafka)
-        self.alert_producer = make_producer(self._bootstrap, s.kafka, **_ALERT_PRODUCER)
+        self._make_producers()
         # Tansu joins a group in session_timeout_ms / 2: on the broker we started ourselves,
         # shorter timeouts than real Kafka accepts make (re)starts take 1 s instead of 3 s.
         group = {**EMBEDDED_GROUP_SETTINGS, **s.kafka} if self.broker is not None else s.kafka
-        self.consumer = make_consumer(self._bootstrap, s.group_id, group)
-        service = self
+        if self.runs_stage2:
+            self.publisher.producer = self.alert_producer
+            # After downtime the oldest missed windows are suppressed by a public rule
+            # (window.max_catch_up_windows), not released as noise that spends the budget.
+            resume = startup.skip_missed_windows(self.config, self.ledger, time.time(), self.broker is not None, self.metrics)
+            # With no ledger yet, stage 2 decides once it has read the internal topic.
+            self.stage2 = Stage2(self, self.publisher, resume)
+            if resume is not None:
+                startup.announce_schedule(self.config, self.ledger, resume, time.time())
+            self.stage2.subscribe(make_consumer(self._bootstrap, s.group_id + STAGE2_GROUP_SUFFIX, _without_instance_id(group)))
+        if self.runs_stage1:
+            self.stage1 = Stage1(self)
+            if s.input_backend == "confluent":
+                from monitor.stream.confluent_input import ConfluentConsumer
 
-        class _Listener(ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
-                service._on_revoked(revoked)
+                consumer = ConfluentConsumer(self._bootstrap, s.group_id, group, s.confluent)
+            else:
+                consumer = make_consumer(self._bootstrap, s.group_id, group)
+            self.stage1.subscribe(consumer)
 
-            def on_partitions_assigned(self, assigned):
-                service._on_assigned(assigned)
+    _PRODUCERS = {"producer": {}, "alert_producer": _ALERT_PRODUCER, "shard_producer": _SHARD_PRODUCER}
 
-        self._catching_up: dict[Any, float] = {}  # partition -> deadline
-        self._targets: dict[Any, int] = {}  # partition -> highwater at assignment
-        self._positions: dict[Any, int] = {}  # partition -> next offset to read, from records seen
-        # Dead letters not yet handed to the producer; their offsets stay uncommitted.
-        self._unsent: deque[tuple[Any, InvalidEvent]] = deque()
-        # A closed window not yet in the ledger (its release failed and is retried): while
-        # it exists nothing is committed, because its events are held nowhere else.
-        self._pending: ClosedWindow | None = None
-        self._rewind: dict[Any, int] = {}  # partition -> first offset dropped on revoke
-        # Between a revoke and the next assignment no window may close: the events dropped
-        # at the revoke are not read again yet, and the old assignment is still visible.
-        self._rebalancing = False
-        self.consumer.subscribe([s.input_topic], listener=_Listener())
-
-    def _renew_producers(self) -> None:
-        """Replace the producers after an error: an idempotent producer whose broker lost
-        its producer id (a restarted broker) fails every send until it is recreated."""
+    def _make_producers(self, *names: str) -> None:
+        """(Re)create producers: an idempotent producer whose broker lost its producer id
+        (a restarted broker) fails every send until it is recreated."""
         from monitor.stream.clients import make_producer
 
         kafka = self.config.stream.kafka
-        for name, extra in (("producer", {}), ("alert_producer", _ALERT_PRODUCER)):
-            old = getattr(self, name)
+        for name in names or tuple(self._PRODUCERS):
+            old = getattr(self, name, None)
             try:
-                new = make_producer(self._bootstrap, kafka, **extra)
+                new = make_producer(self._bootstrap, kafka, **self._PRODUCERS[name])
             except Exception as err:  # noqa: BLE001 - the next round of the loop retries
+                if old is None:
+                    raise
                 log.warning("cannot create a producer yet: %s", err)
                 continue
             setattr(self, name, new)
-            try:
-                old.close(timeout=0)
-            except Exception:  # noqa: BLE001 - it is broken anyway
-                pass
+            if name == "alert_producer" and self.publisher is not None:
+                self.publisher.producer = new
+            if old is not None:
+                try:
+                    old.close(timeout=0)
+                except Exception:  # noqa: BLE001 - it is broken anyway
+                    pass
+
+    def _consumers(self) -> list:
+        return [st.consumer for st in (self.stage1, self.stage2) if st is not None and hasattr(st, "consumer")]
 
     def _shutdown_clients(self) -> None:
-        for name in ("producer", "alert_producer", "consumer"):
+        for name in ("producer", "alert_producer", "shard_producer"):
             client = getattr(self, name, None)
-            if client is None:
-                continue
+            if client is not None:
+                try:
+                    client.close(timeout=5)
+                except Exception as err:  # noqa: BLE001 - closing must not hide the real error
+                    log.warning("closing the %s: %s", name, err)
+        for consumer in self._consumers():
             try:
-                client.close(autocommit=False) if name == "consumer" else client.close(timeout=5)
-            except Exception as err:  # noqa: BLE001 - closing must not hide the real error
-                log.warning("closing the %s: %s", name, err)
+                consumer.close(autocommit=False)
+            except Exception as err:  # noqa: BLE001
+                log.warning("closing a consumer: %s", err)
 
-    # -- rebalance ------------------------------------------------------------------------
-    def _on_assigned(self, assigned) -> None:
-        deadline = time.monotonic() + _CATCH_UP_TIMEOUT_S
-        for tp in assigned:
-            self._catching_up[tp] = deadline
-            self._targets.pop(tp, None)
-            if tp in self._rewind:  # ours again: read the events we dropped once more
-                self.consumer.seek(tp, self._rewind[tp])
-                log.info("partition %d: reading again from offset %d", tp.partition, self._rewind[tp])
-        self._rewind.clear()  # the others' new owners start from the committed offsets
-        self._rebalancing = False
-        log.info("assigned partitions %s", sorted(tp.partition for tp in assigned))
-
-    def _on_revoked(self, revoked) -> None:
-        # No commit here: kafka-python 3 runs this on its IO thread, where a blocking
-        # commit is refused. Nothing is lost: every release commits at once, and events
-        # read since then are read again by the partition's new owner.
-        if not revoked or not hasattr(self, "store"):
-            return
-        self._rebalancing = True
-        # kafka-python revokes every partition and then keeps the read position of those
-        # it assigns again: remember where the dropped events start, to seek back there.
-        held = self.store.held_offsets()
-        gone = {tp.partition for tp in revoked}
-        for rec, _ in self._unsent:
-            if rec.partition in gone:
-                held[rec.partition] = min(held.get(rec.partition, rec.offset), rec.offset)
-        self._unsent = deque((rec, bad) for rec, bad in self._unsent if rec.partition not in gone)
-        dropped = self.store.drop_partitions(gone)
-        for tp in revoked:
-            self._catching_up.pop(tp, None)
-            self._targets.pop(tp, None)
-            self._positions.pop(tp, None)
-            if tp.partition in held:
-                self._rewind[tp] = held[tp.partition]
-        log.info("revoked partitions %s; %d events of open windows dropped here, %s", sorted(tp.partition for tp in revoked), dropped,
-                 startup.revoke_note(self.broker is not None))
-
-    def _caught_up(self) -> bool:
-        """True once every assigned partition is read up to its highwater at assignment."""
-        if self._rebalancing or not self.consumer.assignment():
-            return False
-        now = time.monotonic()
-        for tp, deadline in list(self._catching_up.items()):
-            target = self._targets.get(tp)
-            if target is None:
-                target = self.consumer.highwater(tp)  # known after the first fetch response
-                if target is not None:
-                    self._targets[tp] = target
-            if target is not None and self.consumer.position(tp) >= target:
-                del self._catching_up[tp]
-            elif now > deadline:
-                log.warning("partition %d: no catch-up within %.0f s; releasing anyway", tp.partition, _CATCH_UP_TIMEOUT_S)
-                del self._catching_up[tp]
-        done = not self._catching_up
-        if done and not self._ready.is_set():
-            self._ready.set()
-            log.info("caught up; releasing windows on schedule")
-        return done
-
-    # -- the loop ---------------------------------------------------------------------
+    # -- the loops --------------------------------------------------------------------
     def _loop(self) -> None:
+        """Each stage in a thread of its own, with its own consumer: kafka-python cannot
+        complete two group joins that one thread's polls interleave (measured: 6 to 20 s,
+        sometimes never), and a restart must rejoin fast to report before the grace."""
+        threads = []
+        self._stage1_finished = threading.Event()
+        if self.stage1 is None:
+            self._stage1_finished.set()
+        if self.stage2 is not None:
+            t = threading.Thread(target=self._guarded, args=(self._run_stage, self.stage2), name="stage2", daemon=True)
+            threads.append(t)
+            t.start()
+        if self.stage1 is not None:
+            try:
+                self._run_stage(self.stage1)
+            finally:
+                self._stage1_finished.set()
+        else:
+            self._stop.wait()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+        if self._thread_error is not None:
+            raise self._thread_error
+
+    _thread_error: BaseException | None = None
+
+    def _guarded(self, target, *args) -> None:
+        try:
+            target(*args)
+        except BaseException as err:  # noqa: BLE001 - re-raised by run() in the main thread
+            self._thread_error = err
+            self._stop.set()
+
+    def _run_stage(self, stage) -> None:
         backoff = _BACKOFF_MIN_S
         next_commit = next_lag = 0.0
-        while not self._stop.is_set():
+        while not self.done():
             try:
-                self._send_dead_letters()
-                wait = max(0.0, min(0.2, self.store.next_close_time - time.time()))
-                batch = self.consumer.poll(timeout_ms=int(wait * 1000))
-                if batch:
-                    self._ingest(batch)
-                if self._caught_up():
-                    if self._pending is not None:
-                        self._close(self._pending)
-                    for window in self.store.close_due(time.time()):
-                        self._pending = window
-                        self._close(window)
-                        if self._done():
-                            break
+                stage.step(stage.poll_timeout_ms())
+                self._check_ready()
                 now = time.monotonic()
                 if now >= next_lag:
-                    self._update_lag()
+                    stage.update_lag()
                     next_lag = now + _LAG_INTERVAL_S
                 if now >= next_commit:
-                    self._commit()
+                    stage.commit()
                     next_commit = now + _COMMIT_INTERVAL_S
                 backoff = _BACKOFF_MIN_S
             except MonitorError:
@@ -405,229 +424,40 @@ class MonitorService:
                           exc_info=log.isEnabledFor(logging.DEBUG))
                 self._stop.wait(backoff)
                 backoff = min(_BACKOFF_MAX_S, backoff * 2)
-                self._renew_producers()
-        self._finish()
+                self._make_producers(*stage.producers)
+        stage.finish(self._finish_until(), self)
 
-    def _done(self) -> bool:
-        if self._max_windows is not None and self.windows_closed >= self._max_windows:
-            log.info("released or suppressed %d windows (--max-windows): stopping", self.windows_closed)
-            self._stop.set()
-        return self._stop.is_set()
+    def _check_ready(self) -> None:
+        if not self._ready.is_set() and all(st is None or st.ready for st in (self.stage1, self.stage2)):
+            self._ready.set()
+            log.info("caught up; releasing windows on schedule")
 
-    def _finish(self) -> None:
-        """On stop: release windows per ``window.on_stop``, flush, commit.
+    def _finish_until(self) -> float:
+        """On stop, windows closing up to this time are shipped and released (``window.on_stop``).
 
-        "release_due" drops the open windows: their events are not committed past, so
+        "release_due" leaves the open windows: their events are not committed past, so
         the next run reads them again and puts them in the same windows. "release_current"
         also closes the window the clock is in (its close time is at most one window
         length away); the policy is config, so the decision stays data-independent.
         """
         cfg = self.config.window
-        until = time.time()
-        if cfg.on_stop == "release_current":
-            until += cfg.size_seconds + cfg.allowed_lateness_seconds
-        try:
-            if self._pending is not None:
-                self._close(self._pending)
-            if self._max_windows is None or self.windows_closed < self._max_windows:
-                if self._catching_up == {} and not self._rebalancing and self.consumer.assignment():
-                    for window in self.store.close_due(until):
-                        self._pending = window
-                        self._close(window)
-                        if self._max_windows is not None and self.windows_closed >= self._max_windows:
-                            break
-            self._send_dead_letters()
-            self.producer.flush(timeout=_SEND_TIMEOUT_S)
-            self._commit(force=True)
-        except Exception as err:  # noqa: BLE001 - stopping must finish
-            log.error("during stop: %s: %s", type(err).__name__, err)
+        until = getattr(self, "_until", None)
+        if until is None:
+            until = self._until = time.time() + (cfg.size_seconds + cfg.allowed_lateness_seconds
+                                                 if cfg.on_stop == "release_current" else 0.0)
+        return until
 
-    # -- ingestion --------------------------------------------------------------------
-    def _ingest(self, batch: dict) -> None:
-        schema, s = self.schema, self.config.stream
-        use_kafka_time = s.timestamp_field is None
-        valid: list[tuple[Any, Any]] = []  # (record, event)
-        rejected: list[tuple[Any, InvalidEvent]] = []
-        counts: Counter[str] = Counter()
-        dead: Counter[str] = Counter()
-        for tp, records in batch.items():
-            if records:
-                self._positions[tp] = records[-1].offset + 1
-                log.debug("partition %d: offsets %d..%d read", tp.partition, records[0].offset, records[-1].offset)
-            for rec in records:
-                try:
-                    valid.append((rec, schema.parse(rec.value)))
-                except InvalidEvent as bad:
-                    rejected.append((rec, bad))
-                    dead[bad.reason] += 1
-        if valid:
-            X = np.array([ev.features for _, ev in valid], dtype=float)
-            self._watch.out_of_bounds(X, time.time())
-            scores = self.model.score_samples(X)
-            flagged = scores > self._threshold
-            horizon = self.store.horizon(time.time())
-            add = self.store.add_one
-            for i, (rec, ev) in enumerate(valid):
-                ts = rec.timestamp / 1000.0 if use_kafka_time else ev.timestamp
-                if ts >= horizon:
-                    rejected.append((rec, InvalidEvent("bad_timestamp", f"{ts:.3f} is beyond the acceptance horizon {horizon:.3f} (now + window + lateness)")))
-                    dead["bad_timestamp"] += 1
-                    continue
-                counts[add(
-                    ts, ev.features, bool(flagged[i]),
-                    event_id=ev.event_id or f"{rec.partition}:{rec.offset}",
-                    entity=ev.entity, partition=rec.partition, offset=rec.offset,
-                )] += 1
-            if s.scores_topic:
-                self._publish_scores(valid, scores, flagged)
-        if dead:
-            counts["dead_letter"] = sum(dead.values())
-            for reason, n in dead.items():
-                self.metrics.dead_letters.labels(reason=reason).inc(n)
-        for status, n in counts.items():
-            self.metrics.events.labels(status=status).inc(n)
-        self.counts.update(counts)
-        if rejected:
-            self._watch.dead_letters((bad for _, bad in rejected), time.time())
-        # Sent last: the valid events are in their windows (memory only, cannot fail)
-        # before anything that talks to the broker, so a failed send loses nothing.
-        self._unsent.extend(rejected)
-        self._send_dead_letters()
+    @property
+    def max_windows_reached(self) -> bool:
+        return self._max_windows is not None and self.windows_closed >= self._max_windows
 
-    def _send_dead_letters(self) -> None:
-        """Hand the backlog of dead letters to the producer, oldest first, until one fails."""
-        while self._unsent:
-            rec, bad = self._unsent[0]
-            self._dead_letter(rec, bad)
-            self._unsent.popleft()
+    def wait_stage1_finished(self, timeout: float) -> bool:
+        return self._stage1_finished.wait(timeout)
 
-    def _dead_letter(self, rec, bad: InvalidEvent) -> None:
-        headers = [
-            ("reason", bad.reason.encode()),
-            ("detail", bad.detail.encode("utf-8", "replace")[:500]),
-            ("source", f"{rec.topic}:{rec.partition}:{rec.offset}".encode()),
-        ]
-        self.producer.send(self.config.stream.dead_letter_topic, value=rec.value, key=rec.key, headers=headers)
 
-    def _publish_scores(self, valid, scores: np.ndarray, flagged: np.ndarray) -> None:
-        # Per-event scores are NOT private: this topic must stay inside the trust boundary.
-        topic = self.config.stream.scores_topic
-        for (rec, ev), score, flag in zip(valid, scores, flagged):
-            body = {"id": ev.event_id or f"{rec.partition}:{rec.offset}", "score": float(score), "flagged": bool(flag)}
-            self.producer.send(topic, value=json.dumps(body).encode(), key=rec.key)
-
-    # -- window close -----------------------------------------------------------------
-    def _close(self, window: ClosedWindow) -> None:
-        """Release (or find in the ledger) one window, durably, then publish it on schedule."""
-        cfg = self.config.window
-        close_time = window.end + cfg.allowed_lateness_seconds
-        # The release is stamped and published at a time fixed by the schedule alone, so
-        # neither the stamp nor the moment it appears says how long the release took.
-        released_at = close_time + cfg.publish_delay_seconds
-        outcome = self.releaser.release(window, released_at)
-        entry = outcome.entry
-        if not outcome.replayed:
-            latency = max(0.0, time.time() - close_time)
-            self.release_latencies.append(latency)
-            self.metrics.release_latency.observe(latency)
-        if entry.released:
-            # A replayed window that was already published needs nothing more.
-            if not entry.published:
-                wait = released_at - time.time()
-                if wait > 0:
-                    self._stop.wait(wait)
-                elif not outcome.replayed:
-                    self.metrics.late_publications.inc()
-                    log.warning("window [%s, %s) published %.1f s after its scheduled time: the release took longer than "
-                                "window.publish_delay_seconds (%g s); raise it", iso(window.start), iso(window.end), -wait,
-                                cfg.publish_delay_seconds)
-                self._publish_alert(entry, republished=outcome.replayed)
-        elif not outcome.replayed:
-            self.metrics.windows_suppressed.labels(reason=entry.reason or "budget").inc()
-            log.warning("window [%s, %s) suppressed: %s", iso(window.start), iso(window.end), entry.reason)
-        # The budget is a function of event time: the period that ends with this window.
-        self.metrics.set_budget("stream", self.accountant.spent(window.end)[0], self.accountant.remaining(window.end))
-        self._update_reference_budget()
-        self.windows_closed += 1
-        # Stored and published: from here a retry has nothing left to do.
-        self._pending = None
-        try:
-            self._commit(force=True)
-        except Exception as err:  # noqa: BLE001 - the periodic commit will retry
-            log.warning("commit after window release failed: %s", err)
-
-    def _publish_alert(self, entry, *, republished: bool) -> None:
-        """Send the stored bytes, wait for the broker's ack, mark them published."""
-        headers = [("republished", b"1")] if republished else []
-        record = json.loads(entry.payload)
-        future = self.alert_producer.send(
-            self.config.stream.alerts_topic,
-            value=entry.payload.encode("utf-8"),
-            key=json.dumps(entry.window_start).encode(),
-            headers=headers,
-            # The record's timestamp is its scheduled time too, never the moment of sending.
-            timestamp_ms=int(round(record["released_at"] * 1000)),
-        )
-        self.alert_producer.flush(timeout=_SEND_TIMEOUT_S)
-        future.get(timeout=_SEND_TIMEOUT_S)  # raises if the broker did not take it
-        self.ledger.mark_published(entry.window_start)
-        try:
-            self.metrics.observe_release(record)
-        except (KeyError, TypeError) as err:  # a record from an older version: publish it anyway
-            log.warning("window [%s, %s): record lacks %s; metrics not updated", iso(entry.window_start), iso(entry.window_end), err)
-        self.metrics.windows_released.inc()
-        detail = record.get("alarm_detail") or {}
-        log.info("window [%s, %s) released%s: alarm %s%s", iso(entry.window_start), iso(entry.window_end),
-                 " (republished)" if republished else "", detail.get("state", "?"),
-                 " with a detailed report" if record.get("report") and "suppressed" not in record["report"] else "")
-        if self._on_release is not None:
-            try:
-                self._on_release(record)
-            except Exception as err:  # noqa: BLE001 - a display callback must not stop releases
-                log.warning("on_release callback failed: %s", err)
-
-    def _republish_unpublished(self) -> None:
-        """Publish, byte for byte, every ledger entry a crash left unpublished."""
-        for entry in self.ledger.unpublished():
-            self._publish_alert(entry, republished=True)
-
-    def _audit(self, window: ClosedWindow, status: str) -> None:
-        if self._audit_path is None:
-            return
-        line = {"window_start": window.start, "window_end": window.end, "status": status,
-                "n_events": window.n_events, "event_ids": sorted(window.event_ids)}
-        with open(self._audit_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    # -- offsets and lag ----------------------------------------------------------------
-    def _commit(self, force: bool = False) -> None:
-        """Commit per partition the smallest offset an open window or an unsent dead letter holds.
-
-        Nothing is committed while a closed window awaits its ledger row (``_pending``).
-        """
-        from kafka.structs import OffsetAndMetadata
-
-        assignment = self.consumer.assignment()
-        if not assignment or self._pending is not None:
-            return
-        # Dead letters and scores must be on the broker before their offsets are committed.
-        self.producer.flush(timeout=_SEND_TIMEOUT_S)
-        held = self.store.held_offsets()
-        for rec, _ in self._unsent:
-            held[rec.partition] = min(held.get(rec.partition, rec.offset), rec.offset)
-        offsets = {}
-        for tp in assignment:
-            off = held.get(tp.partition, self._positions.get(tp))
-            if off is not None:
-                offsets[tp] = OffsetAndMetadata(off, "", -1)
-        if offsets and (force or offsets != getattr(self, "_last_commit", None)):
-            self.consumer.commit(offsets)
-            self._last_commit = offsets
-
-    def _update_lag(self) -> None:
-        for tp in self.consumer.assignment():
-            hw = self.consumer.highwater(tp)
-            if hw is not None:
-                self.metrics.consumer_lag.labels(partition=str(tp.partition)).set(max(0, hw - self.consumer.position(tp)))
+def _without_instance_id(settings: dict[str, Any]) -> dict[str, Any]:
+    # A static member id names one member of one group: the stage-2 consumer of a
+    # process gets its own, derived from the stage-1 one.
+    if settings.get("group_instance_id"):
+        return {**settings, "group_instance_id": f"{settings['group_instance_id']}{STAGE2_GROUP_SUFFIX}"}
+    return settings

@@ -30,7 +30,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-__all__ = ["ACCEPTED", "LATE", "DUPLICATE_ENTITY", "OpenWindow", "ClosedWindow", "WindowStore"]
+__all__ = ["ACCEPTED", "LATE", "DUPLICATE_ENTITY", "OpenWindow", "ClosedWindow", "WindowStore", "smallest_offsets"]
 
 ACCEPTED = "accepted"
 LATE = "late"
@@ -62,11 +62,23 @@ class ClosedWindow:
     X: np.ndarray  # (n, d) raw feature values
     flagged: np.ndarray  # (n,) bool
     event_ids: tuple[str, ...]
-    entities: tuple[str | None, ...] = ()  # per event, when the config names an entity field
+    # The privacy unit of each event (None without an entity field): stage 2 keeps one
+    # event per entity per window over all input partitions.
+    entities: tuple[str | None, ...] = ()
 
     @property
     def n_events(self) -> int:
         return int(self.X.shape[0])
+
+
+def smallest_offsets(per_window: Iterable[dict[int, int]]) -> dict[int, int]:
+    """Per partition, the smallest of the windows' first offsets: what must not be committed past."""
+    held: dict[int, int] = {}
+    for offsets in per_window:
+        for p, off in offsets.items():
+            if off < held.get(p, off + 1):
+                held[p] = off
+    return held
 
 
 class WindowStore:
@@ -141,6 +153,57 @@ class WindowStore:
             w.first_offsets[partition] = offset
         return ACCEPTED
 
+    def add_batch(
+        self,
+        ts: np.ndarray,
+        X: np.ndarray,
+        flagged: np.ndarray,
+        *,
+        event_ids: list[str],
+        entities: list[str] | None = None,
+        partition: int = 0,
+        offsets: np.ndarray | None = None,
+    ) -> dict[str, int]:
+        """``add_one`` for every event of a batch, in order; returns counts by status.
+
+        >>> store = WindowStore(size=60, allowed_lateness=5, first_start=60)
+        >>> store.add_batch(np.array([10.0, 70.0, 80.0]), np.zeros((3, 1)), np.zeros(3, bool),
+        ...                 event_ids=["a", "b", "c"], entities=["p", "q", "q"])
+        {'late': 1, 'accepted': 1, 'duplicate_entity': 1}
+        """
+        idx = np.floor(ts / self.size).astype(np.int64)
+        late = idx < self._next
+        counts = {LATE: int(late.sum()), ACCEPTED: 0, DUPLICATE_ENTITY: 0}
+        for n in np.unique(idx[~late]).tolist():
+            sel = np.flatnonzero(idx == n).tolist()
+            w = self._open.get(n)
+            if w is None:
+                w = self._open[n] = OpenWindow(n * self.size, (n + 1) * self.size)
+            if entities is not None:
+                seen, keep = w.entities, []
+                for i in sel:
+                    e = entities[i]
+                    if e not in seen:
+                        seen.add(e)
+                        keep.append(i)
+                counts[DUPLICATE_ENTITY] += len(sel) - len(keep)
+                sel = keep
+                w.row_entities.extend(entities[i] for i in sel)
+            else:
+                w.row_entities.extend([None] * len(sel))
+            if not sel:
+                continue
+            counts[ACCEPTED] += len(sel)
+            w.rows.extend(map(tuple, X[sel].tolist()))
+            w.flagged.extend(flagged[sel].tolist())
+            w.event_ids.extend(event_ids[i] for i in sel)
+            w.partitions.extend([partition] * len(sel))
+            if offsets is not None:
+                first = int(offsets[sel].min())
+                if first < w.first_offsets.get(partition, first + 1):
+                    w.first_offsets[partition] = first
+        return {k: v for k, v in counts.items() if v}
+
     def close_due(self, now: float) -> Iterator[ClosedWindow]:
         """Close, in order, every scheduled window whose close time is at or before ``now``.
 
@@ -153,6 +216,26 @@ class WindowStore:
             self._next = n + 1
             yield self._closed(n, w)
 
+    def due(self, now: float, limit: int | None = None) -> list[ClosedWindow]:
+        """The windows ``close_due(now)`` would close, oldest first, left in the store.
+
+        For a caller that must hand them on durably first and then ``discard_through``:
+        until then their events keep holding their offsets.
+        """
+        out: list[ClosedWindow] = []
+        n = self._next
+        while (n + 1) * self.size + self.allowed_lateness <= now and (limit is None or len(out) < limit):
+            out.append(self._closed(n, self._open.get(n)))
+            n += 1
+        return out
+
+    def discard_through(self, start: float) -> None:
+        """Forget every window up to the one starting at ``start`` (handed on already)."""
+        last = self.index_of(start + self.size / 2)
+        for n in range(self._next, last + 1):
+            self._open.pop(n, None)
+        self._next = max(self._next, last + 1)
+
     def _closed(self, n: int, w: OpenWindow | None) -> ClosedWindow:
         start, end = n * self.size, (n + 1) * self.size
         if w is None or not w.rows:
@@ -160,17 +243,17 @@ class WindowStore:
         return ClosedWindow(start, end, np.asarray(w.rows, dtype=float), np.asarray(w.flagged, dtype=bool), tuple(w.event_ids),
                             tuple(w.row_entities))
 
+    @property
+    def next_index(self) -> int:
+        """Index of the next window to close."""
+        return self._next
+
     def held_offsets(self) -> dict[int, int]:
         """Per partition, the smallest offset of an event in a still-open window.
 
         Committing below this keeps every uncounted event re-readable after a crash.
         """
-        held: dict[int, int] = {}
-        for w in self._open.values():
-            for p, off in w.first_offsets.items():
-                if off < held.get(p, off + 1):
-                    held[p] = off
-        return held
+        return smallest_offsets(w.first_offsets for w in self._open.values())
 
     def drop_partitions(self, partitions: Iterable[int]) -> int:
         """Forget the events of partitions this instance no longer owns (rebalance).

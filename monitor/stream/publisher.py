@@ -1,0 +1,148 @@
+"""Stage 2's last step for one window: release it through the ledger, publish it on schedule.
+
+``WindowPublisher.close(window)`` receives each window, merged over all input
+partitions, exactly once and in schedule order, and runs
+
+    ``monitor.release.WindowReleaser.release`` (alarm, report, charges and the alert
+    record, one ledger transaction; the test-only audit line inside it) -> wait for the
+    scheduled time -> alerts topic (acknowledged) -> ``mark_published`` -> metrics
+
+so a crash anywhere leaves either no ledger row (the window is closed again from the
+same shards) or a row that is re-published byte for byte with the ``republished``
+header. What the alert record holds is decided in ``monitor.release`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from monitor.budget.plan import iso
+
+log = logging.getLogger("monitor.stream")
+
+__all__ = ["WindowPublisher", "SEND_TIMEOUT_S"]
+
+SEND_TIMEOUT_S = 30.0
+
+
+class WindowPublisher:
+    """Release (through ``releaser``) and publish each window's alert record.
+
+    Parameters
+    ----------
+    config:
+        The validated configuration.
+    ledger, accountant:
+        The window ledger and the budget accountant over it.
+    metrics:
+        ``MonitorMetrics``.
+    producer:
+        A kafka-python producer WITHOUT internal retries (see ``service._ALERT_PRODUCER``);
+        replaced by the service after a broker error.
+    releaser:
+        ``monitor.release.WindowReleaser`` (or None: built here from ``model`` and ``noise``).
+    stop:
+        Set when the service stops: cuts the wait for a window's scheduled time short.
+    on_release:
+        Called with each published alert record.
+    audit:
+        TESTS ONLY: path of the audit file (true window contents, not private).
+    """
+
+    def __init__(self, config, ledger, accountant, metrics, producer, *, model, noise, stop: threading.Event,
+                 on_release: Callable[[dict], None] | None = None, audit: str | Path | None = None) -> None:
+        from monitor.release import WindowReleaser
+
+        self.config, self.ledger, self.accountant, self.metrics = config, ledger, accountant, metrics
+        self.producer, self.on_release, self._stop = producer, on_release, stop
+        self.audit_path = Path(audit) if audit else None
+        self.releaser = WindowReleaser(config, accountant, model, rng=noise,
+                                       audit=(lambda w, _: self.audit(w, "released")) if self.audit_path else None)
+        self.report_cost = self.releaser.report_cost
+        self.windows_closed = 0
+        self.release_latencies: list[float] = []
+
+    def close(self, window) -> Any:
+        """Release (or find in the ledger) one window, durably, then publish it on schedule."""
+        cfg = self.config.window
+        close_time = window.end + cfg.allowed_lateness_seconds
+        # The release is stamped and published at a time fixed by the schedule alone, so
+        # neither the stamp nor the moment it appears says how long the release took.
+        released_at = close_time + cfg.publish_delay_seconds
+        outcome = self.releaser.release(window, released_at)
+        entry = outcome.entry
+        if not outcome.replayed:
+            latency = max(0.0, time.time() - close_time)
+            self.release_latencies.append(latency)
+            self.metrics.release_latency.observe(latency)
+        if entry.released:
+            # A replayed window that was already published needs nothing more.
+            if not entry.published:
+                wait = released_at - time.time()
+                if wait > 0:
+                    self._stop.wait(wait)
+                elif not outcome.replayed:
+                    self.metrics.late_publications.inc()
+                    log.warning("window [%s, %s) published %.1f s after its scheduled time: the release took longer than "
+                                "window.publish_delay_seconds (%g s); raise it", iso(window.start), iso(window.end), -wait,
+                                cfg.publish_delay_seconds)
+                self.publish(entry, republished=outcome.replayed)
+        elif not outcome.replayed:
+            self.metrics.windows_suppressed.labels(reason=entry.reason or "budget").inc()
+            log.warning("window [%s, %s) suppressed: %s", iso(window.start), iso(window.end), entry.reason)
+        # The budget is a function of event time: the period that ends with this window.
+        self.metrics.set_budget("stream", self.accountant.spent(window.end)[0], self.accountant.remaining(window.end))
+        self.windows_closed += 1
+        return entry
+
+    def publish(self, entry, *, republished: bool) -> None:
+        """Send the stored bytes, wait for the broker's ack, mark them published."""
+        headers = [("republished", b"1")] if republished else []
+        record = json.loads(entry.payload)
+        future = self.producer.send(
+            self.config.stream.alerts_topic,
+            value=entry.payload.encode("utf-8"),
+            key=json.dumps(entry.window_start).encode(),
+            headers=headers,
+            # The record's timestamp is its scheduled time too, never the moment of sending.
+            timestamp_ms=int(round(record["released_at"] * 1000)),
+        )
+        self.producer.flush(timeout=SEND_TIMEOUT_S)
+        future.get(timeout=SEND_TIMEOUT_S)  # raises if the broker did not take it
+        self.ledger.mark_published(entry.window_start)
+        try:
+            self.metrics.observe_release(record)
+        except (KeyError, TypeError) as err:  # a record from an older version: publish it anyway
+            log.warning("window [%s, %s): record lacks %s; metrics not updated", iso(entry.window_start), iso(entry.window_end), err)
+        self.metrics.windows_released.inc()
+        detail = record.get("alarm_detail") or {}
+        log.info("window [%s, %s) released%s: alarm %s%s", iso(entry.window_start), iso(entry.window_end),
+                 " (republished)" if republished else "", detail.get("state", "?"),
+                 " with a detailed report" if record.get("report") and "suppressed" not in record["report"] else "")
+        if self.on_release is not None:
+            try:
+                self.on_release(record)
+            except Exception as err:  # noqa: BLE001 - a display callback must not stop releases
+                log.warning("on_release callback failed: %s", err)
+
+    def republish_unpublished(self) -> None:
+        """Publish, byte for byte, every ledger entry a crash left unpublished."""
+        for entry in self.ledger.unpublished():
+            self.publish(entry, republished=True)
+
+    def audit(self, window, status: str) -> None:
+        """TESTS ONLY: one fsynced line with the window's true size and event ids."""
+        if self.audit_path is None:
+            return
+        line = {"window_start": window.start, "window_end": window.end, "status": status,
+                "n_events": window.n_events, "event_ids": sorted(window.event_ids)}
+        with open(self.audit_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())

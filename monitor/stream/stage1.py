@@ -1,0 +1,353 @@
+"""Stage 1: validate, score, bound contributions, window; hand shards to stage 2.
+
+One consumer in the input topic's group (``stream.group_id``); any number of processes.
+Per assigned input partition it keeps a :class:`WindowStore`. Once the partition is
+read up to its highwater at assignment and a window's close time (end + allowed
+lateness) has passed, the window's shard from that partition (see ``shards``) is sent
+to the internal topic, keyed by window, and acknowledged by the broker; only then is
+the window forgotten and the input offset committed past its events. A crash at any
+point therefore re-reads the events and sends the shard again (a new attempt, which
+stage 2 ignores if an earlier one is complete).
+
+A partition this process takes over (from a dead or departed member) is read from its
+committed offset with windows from ``now - lateness - grace`` on: every window stage 2
+may still wait for is rebuilt, and the windows already shipped are sent again as
+attempts stage 2 ignores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import Counter, deque
+from typing import Any
+
+import numpy as np
+
+from monitor.stream.events import InvalidEvent
+from monitor.stream.publisher import SEND_TIMEOUT_S
+from monitor.stream.shards import dumps, encode_shard
+from monitor.stream.windows import WindowStore
+
+log = logging.getLogger("monitor.stream")
+
+__all__ = ["Stage1"]
+
+# How long to wait for the highwater of a newly assigned partition before shipping anyway
+# (a partition whose leader never answers must not hold every window back forever).
+CATCH_UP_TIMEOUT_S = 30.0
+# Windows shipped per partition and round, so one long backlog does not starve the loop.
+_SHIP_BATCH = 64
+_JOIN_POLL_MS = _MAX_POLL_MS = 200
+
+
+class Stage1:
+    """The input side of the service; ``step()`` is called from the service loop."""
+
+    producers = ("producer", "shard_producer")  # renewed after a broker error
+
+    def __init__(self, service) -> None:
+        self.service = service  # producers, model, schema, metrics, counts live there
+        cfg = service.config
+        self.config = cfg
+        self.size = cfg.window.size_seconds
+        self.lateness = cfg.window.allowed_lateness_seconds
+        self.grace = cfg.window.release_grace_seconds
+        self.stores: dict[Any, WindowStore] = {}
+        self._catching_up: dict[Any, float] = {}  # partition -> deadline
+        self._targets: dict[Any, int] = {}  # partition -> highwater at assignment
+        self._positions: dict[Any, int] = {}  # partition -> next offset to read, from records seen
+        # partition -> (monotonic time of the first record since assignment, records since): for the catch-up log
+        self._first_read: dict[Any, list] = {}
+        self._rewind: dict[Any, tuple[int | None, int]] = {}  # partition -> (first dropped offset, next window)
+        # Dead letters not yet handed to the producer; their offsets stay uncommitted.
+        self._unsent: deque[tuple[Any, InvalidEvent]] = deque()
+        self._rebalancing = False
+        self._last_commit: dict | None = None
+        self.n_partitions = 0
+
+    # -- group ------------------------------------------------------------------------
+    def subscribe(self, consumer) -> None:
+        from kafka import ConsumerRebalanceListener
+
+        stage = self
+
+        class _Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                stage._on_revoked(revoked)
+
+            def on_partitions_assigned(self, assigned):
+                stage._on_assigned(assigned)
+
+        self.consumer = consumer
+        consumer.subscribe([self.config.stream.input_topic], listener=_Listener())
+
+    def _on_assigned(self, assigned) -> None:
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        # Windows stage 2 may still wait for: a taken-over partition rebuilds them all.
+        fresh_start = time.time() - self.lateness - self.grace
+        for tp in assigned:
+            self._catching_up[tp] = deadline
+            self._targets.pop(tp, None)
+            self._first_read.pop(tp, None)
+            first_start = fresh_start
+            if tp in self._rewind:  # ours again: read the events we dropped once more
+                offset, next_index = self._rewind[tp]
+                first_start = next_index * self.size
+                if offset is not None:
+                    self.consumer.seek(tp, offset)
+                    log.info("partition %d: reading again from offset %d", tp.partition, offset)
+            self.stores[tp] = WindowStore(self.size, self.lateness, first_start, len(self.config.features))
+        self._rewind.clear()  # the others' new owners start from the committed offsets
+        self._rebalancing = False
+        parts = self.consumer.partitions_for_topic(self.config.stream.input_topic)
+        self.n_partitions = len(parts) if parts else max(self.n_partitions, 1 + max(tp.partition for tp in assigned))
+        log.info("stage 1: assigned input partitions %s of %d", sorted(tp.partition for tp in assigned), self.n_partitions)
+
+    def _on_revoked(self, revoked) -> None:
+        # No commit here: kafka-python 3 runs this on its IO thread, where a blocking
+        # commit is refused. Nothing is lost: every shipment commits at once, and events
+        # read since then are read again by the partition's new owner.
+        if not revoked:
+            return
+        self._rebalancing = True
+        dropped = 0
+        for tp in revoked:
+            store = self.stores.pop(tp, None)
+            self._catching_up.pop(tp, None)
+            self._targets.pop(tp, None)
+            self._positions.pop(tp, None)
+            if store is not None:
+                held = store.held_offsets().get(tp.partition)
+                unsent = [rec.offset for rec, _ in self._unsent if rec.partition == tp.partition]
+                offset = min([o for o in [held, *unsent] if o is not None], default=None)
+                self._rewind[tp] = (offset, store.next_index)
+                dropped += store.n_open_events
+        self._unsent = deque((rec, bad) for rec, bad in self._unsent if all(rec.partition != tp.partition for tp in revoked))
+        from monitor.stream import startup
+
+        log.info("stage 1: revoked partitions %s; %d events of open windows dropped here, %s",
+                 sorted(tp.partition for tp in revoked), dropped, startup.revoke_note(self.service.broker is not None))
+
+    def _caught_up(self, tp) -> bool:
+        """True once ``tp`` is read up to its highwater at assignment (or waited too long)."""
+        deadline = self._catching_up.get(tp)
+        if deadline is None:
+            return True
+        target = self._targets.get(tp)
+        if target is None:
+            target = self.consumer.highwater(tp)  # known after the first fetch response
+            if target is not None:
+                self._targets[tp] = target
+        if target is not None and self.consumer.position(tp) >= target:
+            del self._catching_up[tp]
+            first = self._first_read.pop(tp, None)
+            took = f" ({first[1]} records in {time.monotonic() - first[0]:.3f} s)" if first else ""
+            log.info("stage 1: partition %d caught up%s", tp.partition, took)
+            return True
+        if time.monotonic() > deadline:
+            log.warning("partition %d: no catch-up within %.0f s; shipping anyway", tp.partition, CATCH_UP_TIMEOUT_S)
+            del self._catching_up[tp]
+            return True
+        return False
+
+    @property
+    def ready(self) -> bool:
+        """Assigned, caught up, and every window already due is shipped (acknowledged):
+        stage 2 in the same process then has all this process can report."""
+        if not self.stores or self._rebalancing or self._catching_up:
+            return False
+        now = time.time()
+        return all(store.next_close_time > now for store in list(self.stores.values()))
+
+    # -- the loop ---------------------------------------------------------------------
+    def step(self, timeout_ms: int) -> None:
+        self.send_dead_letters()
+        batch = self.consumer.poll(timeout_ms=timeout_ms)
+        if batch:
+            self.ingest(batch)
+        self.ship(time.time())
+
+    def poll_timeout_ms(self) -> int:
+        """Up to the next close time; never very short while joining the group (a poll
+        that returns too early can abandon the join)."""
+        if self._rebalancing or not self.stores:
+            return _JOIN_POLL_MS
+        close = min(s.next_close_time for s in self.stores.values())
+        return int(1000 * max(0.0, min(_MAX_POLL_MS / 1000, close - time.time())))
+
+    def ship(self, now: float) -> int:
+        """Send every due window's shard of each caught-up partition; commit. Returns shards sent."""
+        if self._rebalancing:
+            return 0
+        shipped: list[tuple[WindowStore, float]] = []
+        futures = []
+        producer = self.service.shard_producer
+        topic = self.config.stream.shard_topic
+        for tp, store in list(self.stores.items()):
+            if not self._caught_up(tp):
+                continue
+            due = store.due(now, limit=_SHIP_BATCH)
+            for window in due:
+                attempt = uuid.uuid4().hex
+                key = json.dumps(window.start).encode()
+                for chunk in encode_shard(window, tp.partition, self.n_partitions, attempt):
+                    futures.append(producer.send(topic, value=dumps(chunk), key=key))
+            if due:
+                shipped.append((store, due[-1].start))
+        if not futures:
+            return 0
+        # Durably on the internal topic before the windows are forgotten and committed past.
+        producer.flush(timeout=SEND_TIMEOUT_S)
+        for f in futures:
+            f.get(timeout=SEND_TIMEOUT_S)
+        for store, last in shipped:
+            store.discard_through(last)
+        self.commit(force=True)
+        return len(shipped)
+
+    def finish(self, until: float, service) -> None:
+        """On stop: ship what is due at ``until``, flush dead letters, commit."""
+        if self.stores and not self._rebalancing and not service.max_windows_reached:
+            while self.ship(until):
+                pass
+        self.send_dead_letters()
+        self.service.producer.flush(timeout=SEND_TIMEOUT_S)
+        self.service.shard_producer.flush(timeout=SEND_TIMEOUT_S)
+        self.commit(force=True)
+
+    # -- ingestion --------------------------------------------------------------------
+    def ingest(self, batch: dict) -> None:
+        """Validate, score and window one poll's records, partition by partition."""
+        svc = self.service
+        counts: Counter[str] = Counter()
+        dead: Counter[str] = Counter()
+        rejected: list[tuple[Any, InvalidEvent]] = []
+        horizon = time.time() + self.size + self.lateness
+        for tp, records in batch.items():
+            if not records:
+                continue
+            self._positions[tp] = records[-1].offset + 1
+            if tp in self._catching_up:
+                self._first_read.setdefault(tp, [time.monotonic(), 0])[1] += len(records)
+            store = self.stores.get(tp)
+            if store is None:  # revoked within this poll: its new owner reads it again
+                continue
+            valid, cols = self._parse(records, rejected, dead)
+            if not valid:
+                continue
+            X, ts, entities, ids = cols
+            svc.watch.out_of_bounds(X, time.time())
+            scores = svc.model.score_samples(X)
+            flagged = scores > svc.threshold
+            offsets = np.fromiter((rec.offset for rec in valid), dtype=np.int64, count=len(valid))
+            ids = [i if i is not None else f"{tp.partition}:{o}" for i, o in zip(ids, offsets.tolist())]
+            ok = ts < horizon
+            if not ok.all():
+                for i in np.flatnonzero(~ok).tolist():
+                    rejected.append((valid[i], InvalidEvent("bad_timestamp", f"{ts[i]:.3f} is beyond the acceptance horizon {horizon:.3f} (now + window + lateness)")))
+                    dead["bad_timestamp"] += 1
+                keep = np.flatnonzero(ok)
+                X, ts, flagged, offsets, scores = X[keep], ts[keep], flagged[keep], offsets[keep], scores[keep]
+                ids = [ids[i] for i in keep.tolist()]
+                entities = None if entities is None else [entities[i] for i in keep.tolist()]
+                valid = [valid[i] for i in keep.tolist()]
+            counts.update(store.add_batch(ts, X, flagged, event_ids=ids, entities=entities,
+                                          partition=tp.partition, offsets=offsets))
+            if self.config.stream.scores_topic:
+                self._publish_scores(valid, ids, scores, flagged)
+        if dead:
+            counts["dead_letter"] = sum(dead.values())
+            for reason, n in dead.items():
+                svc.metrics.dead_letters.labels(reason=reason).inc(n)
+        for status, n in counts.items():
+            svc.metrics.events.labels(status=status).inc(n)
+        svc.counts.update(counts)
+        if rejected:
+            svc.watch.dead_letters((bad for _, bad in rejected), time.time())
+        # Sent last: the valid events are in their windows (memory only, cannot fail)
+        # before anything that talks to the broker, so a failed send loses nothing.
+        self._unsent.extend(rejected)
+        self.send_dead_letters()
+
+    def _parse(self, records: list, rejected: list, dead: Counter) -> tuple[list, tuple]:
+        """The valid records and their columns (X, timestamps, entities, ids).
+
+        The whole partition batch at once when every message is valid (the usual case);
+        otherwise message by message, so each rejected one gets its own reason.
+        """
+        schema = self.service.schema
+        use_kafka_time = self.config.stream.timestamp_field is None
+        fast = schema.parse_batch([rec.value for rec in records])
+        if fast is not None:
+            valid = records
+            X, ts, entities, ids = fast
+        else:
+            valid, events = [], []
+            for rec in records:
+                try:
+                    events.append(schema.parse(rec.value))
+                except InvalidEvent as bad:
+                    rejected.append((rec, bad))
+                    dead[bad.reason] += 1
+                    continue
+                valid.append(rec)
+            if not valid:
+                return [], ()
+            X = np.array([ev.features for ev in events], dtype=float)
+            ts = None if use_kafka_time else np.array([ev.timestamp for ev in events], dtype=float)
+            entities = None if schema.entity_field is None else [ev.entity for ev in events]
+            ids = [ev.event_id for ev in events]
+        if use_kafka_time:
+            ts = np.fromiter((rec.timestamp for rec in valid), dtype=float, count=len(valid)) / 1000.0
+        return valid, (X, ts, entities, ids)
+
+    def send_dead_letters(self) -> None:
+        """Hand the backlog of dead letters to the producer, oldest first, until one fails."""
+        while self._unsent:
+            rec, bad = self._unsent[0]
+            headers = [
+                ("reason", bad.reason.encode()),
+                ("detail", bad.detail.encode("utf-8", "replace")[:500]),
+                ("source", f"{rec.topic}:{rec.partition}:{rec.offset}".encode()),
+            ]
+            self.service.producer.send(self.config.stream.dead_letter_topic, value=rec.value, key=rec.key, headers=headers)
+            self._unsent.popleft()
+
+    def _publish_scores(self, valid, ids: list[str], scores: np.ndarray, flagged: np.ndarray) -> None:
+        # Per-event scores are NOT private: this topic must stay inside the trust boundary.
+        topic = self.config.stream.scores_topic
+        for rec, event_id, score, flag in zip(valid, ids, scores.tolist(), flagged.tolist()):
+            body = {"id": event_id, "score": score, "flagged": flag}
+            self.service.producer.send(topic, value=json.dumps(body).encode(), key=rec.key)
+
+    # -- offsets and lag ----------------------------------------------------------------
+    def commit(self, force: bool = False) -> None:
+        """Commit per partition the smallest offset an unshipped window or an unsent dead letter holds."""
+        from kafka.structs import OffsetAndMetadata
+
+        assignment = self.consumer.assignment()
+        if not assignment or self._rebalancing:
+            return
+        # Dead letters and scores must be on the broker before their offsets are committed.
+        self.service.producer.flush(timeout=SEND_TIMEOUT_S)
+        offsets = {}
+        for tp in assignment:
+            store = self.stores.get(tp)
+            if store is None:
+                continue
+            held = [o for o in (store.held_offsets().get(tp.partition), self._positions.get(tp)) if o is not None]
+            held += [rec.offset for rec, _ in self._unsent if rec.partition == tp.partition]
+            if held:
+                offsets[tp] = OffsetAndMetadata(min(held), "", -1)
+        if offsets and (force or offsets != self._last_commit):
+            self.consumer.commit(offsets)
+            self._last_commit = offsets
+
+    def update_lag(self) -> None:
+        for tp in self.consumer.assignment():
+            hw = self.consumer.highwater(tp)
+            if hw is not None:
+                self.service.metrics.consumer_lag.labels(partition=str(tp.partition)).set(max(0, hw - self.consumer.position(tp)))
