@@ -29,7 +29,7 @@ from monitor.outliers import (
     private_top_subspaces,
     smooth_sensitivity,
 )
-from monitor.config import ReleaseSettings
+from monitor.config import ReportSettings
 from monitor.outliers import private_count
 from monitor.outliers.mechanisms import _T_DOF, _draw, _smooth_params, _t_split, student_t_float_loss
 from monitor.outliers.sensitivity import _smooth
@@ -195,8 +195,8 @@ def oracle_table(rng, windows=30):
 
 # -- Student's t snapping (issue 9) ----------------------------------------------------------
 def snapping_section(rng, quick):
-    """Noise of the default count at the shipped settings, before and after the snapping."""
-    st = ReleaseSettings()
+    """Noise of the count at issue 9's settings (epsilon 0.8), before and after the snapping."""
+    st = ReportSettings(epsilon_count=0.8, delta_count=1e-9)
     eps, delta, k, r = st.epsilon_count, st.delta_count, st.k, st.radius
     loss, g = student_t_float_loss(eps)
     windows = {
@@ -235,9 +235,9 @@ def _timed(fn):
 def release_cost(X, k=5, r=0.1, h=3, rng=None):
     """(plain, release) (wall, cpu) seconds: the plain counts of the full space and of every
     1-D and 2-D subspace, vs the full private release of those (count with its bound,
-    top-h over the subspaces, the h counts), as ``release_window`` computes them."""
+    top-h over the subspaces, the h counts), as ``release_report`` computes them."""
     d = X.shape[1]
-    st = ReleaseSettings()
+    st = ReportSettings(epsilon_count=0.8, delta_count=1e-9)
     cands = [(j,) for j in range(d)] + [(i, j) for i in range(d) for j in range(i + 1, d)]
 
     def plain():

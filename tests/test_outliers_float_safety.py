@@ -12,13 +12,15 @@ import mpmath
 import numpy as np
 import pytest
 
-from monitor.config import ReleaseSettings
+from monitor.config import ReportSettings
 from monitor.dp import noise_source
 from monitor.dp.noise import T_RELATIVE_ERROR
 from monitor.outliers import count_outliers, private_count
 from monitor.outliers.mechanisms import OUTPUT_RANGE, _smooth_params, _t_split, student_t_float_loss
 
-SHIPPED = ReleaseSettings()
+# The settings of issue 9's report (the window release defaults before the alarm): k=5,
+# r=0.1, epsilon 0.8, delta 1e-9, where auto picks Student's t.
+ISSUE9 = ReportSettings(epsilon_count=0.8, delta_count=1e-9, k=5, radius=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +30,8 @@ def neighbours():
     rng = np.random.default_rng(0)
     W = 0.5 + 0.01 * rng.standard_normal((200, 5))
     W2 = np.vstack([W, np.full(5, 0.95)])
-    assert count_outliers(W, SHIPPED.k, SHIPPED.radius) == 0
-    assert count_outliers(W2, SHIPPED.k, SHIPPED.radius) == 1
+    assert count_outliers(W, ISSUE9.k, ISSUE9.radius) == 0
+    assert count_outliers(W2, ISSUE9.k, ISSUE9.radius) == 1
     return W, W2
 
 
@@ -43,7 +45,7 @@ def _float_reachable(y: float, q: float) -> bool:
 @pytest.mark.parametrize("mechanism", ["student_t", "global", "laplace", "gaussian", "auto"])
 def test_no_release_of_w_is_unreachable_from_the_neighbours_count(neighbours, mechanism):
     W, _ = neighbours
-    k, r, eps, delta = SHIPPED.k, SHIPPED.radius, SHIPPED.epsilon_count, SHIPPED.delta_count
+    k, r, eps, delta = ISSUE9.k, ISSUE9.radius, ISSUE9.epsilon_count, ISSUE9.delta_count
     values = np.array([private_count(W, k, r, eps, delta, mechanism=mechanism).value for _ in range(3000)])
     lo, hi = OUTPUT_RANGE
     # The public output set: multiples of 2^-8 in the public range. Every one of them
@@ -57,9 +59,9 @@ def test_no_release_of_w_is_unreachable_from_the_neighbours_count(neighbours, me
 
 
 def test_auto_at_the_shipped_settings_is_the_snapped_t():
-    rel = private_count(np.random.default_rng(1).random((50, 5)), SHIPPED.k, SHIPPED.radius,
-                        SHIPPED.epsilon_count, SHIPPED.delta_count)
-    assert (rel.mechanism, rel.epsilon, rel.delta) == ("student_t_smooth_snapped", SHIPPED.epsilon_count, 0.0)
+    rel = private_count(np.random.default_rng(1).random((50, 5)), ISSUE9.k, ISSUE9.radius,
+                        ISSUE9.epsilon_count, ISSUE9.delta_count)
+    assert (rel.mechanism, rel.epsilon, rel.delta) == ("student_t_smooth_snapped", ISSUE9.epsilon_count, 0.0)
 
 
 @pytest.mark.parametrize("eps", [0.01, 0.1, 0.8, 3.0, 20.0])
