@@ -132,22 +132,16 @@ def _fetch(url: str) -> str:
 
 
 class _ClusteredProducer(threading.Thread):
-    """`monitor simulate`'s pacing and payloads, with the surge's readings clustered."""
+    """`monitor simulate`'s pacing and payloads, with a clustered surge."""
 
     def __init__(self, config, bootstrap: str) -> None:
         super().__init__(daemon=True)
-        from monitor.data.vitals import random_cluster
         from monitor.stream.simulate import AnomalyBurst, SimulationPlan, VitalsSource, open_producer
 
-        class Clustered(VitalsSource):
-            def event(self, device: int, ts: float, anomalous: bool) -> bytes:
-                values = self.sim.readings([device], [anomalous], cluster=self.cluster if anomalous else None)[0]
-                return json.dumps(self.payload(device, ts, values)).encode()
-
-        self.source = Clustered(config.features, entity_field=config.stream.entity_field,
-                                timestamp_field=config.stream.timestamp_field, n_devices=DEVICES, seed=4)
-        self.source.cluster = random_cluster(self.source.rng)
-        self.plan = SimulationPlan(rate=RATE, duration=600.0, burst=AnomalyBurst(*SURGE, SURGE_FRACTION), malformed_rate=0.03)
+        self.source = VitalsSource(config.features, entity_field=config.stream.entity_field,
+                                   timestamp_field=config.stream.timestamp_field, n_devices=DEVICES, seed=4)
+        self.plan = SimulationPlan(rate=RATE, duration=600.0, burst=AnomalyBurst(*SURGE, SURGE_FRACTION, kind="clustered"),
+                                   malformed_rate=0.03)
         self.producer = open_producer(bootstrap)
         self.topic = config.stream.input_topic
         self.stop_event = threading.Event()

@@ -311,8 +311,7 @@ class MonitorService:
             resume = startup.skip_missed_windows(self.config, self.ledger, time.time(), self.broker is not None, self.metrics)
             # With no ledger yet, stage 2 decides once it has read the internal topic.
             self.stage2 = Stage2(self, self.publisher, resume)
-            if resume is not None:
-                startup.announce_schedule(self.config, self.ledger, resume, time.time())
+            startup.announce_schedule(self.config, self.ledger, resume, time.time())
             self.stage2.subscribe(make_consumer(self._bootstrap, s.group_id + STAGE2_GROUP_SUFFIX, _without_instance_id(group)))
         if self.runs_stage1:
             self.stage1 = Stage1(self)

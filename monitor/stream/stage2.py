@@ -69,8 +69,10 @@ class Stage2:
         earliest = self.collector.earliest
         self.next = max(oldest, earliest) if earliest is not None else math.floor((now - self.lateness) / self.size)
         self.collector.drop_before(self.next)
-        log.info("stage 2: first window to release starts at %.0f (%s)", self.next * self.size,
-                 "the oldest shard within its grace" if earliest is not None else "the oldest window still open")
+        from monitor.stream.startup import announce_first_window
+
+        announce_first_window(self.service.config, self.next * self.size, now,
+                              "the oldest shard within its grace" if earliest is not None else "the oldest window still open")
 
     def subscribe(self, consumer) -> None:
         from kafka import ConsumerRebalanceListener

@@ -222,23 +222,32 @@ def skip_missed_windows(config, ledger, now: float, embedded: bool, metrics=None
     return skip_end
 
 
-def announce_schedule(config, ledger, first_start: float, now: float) -> None:
-    """Log the budget plan and when the first window will be released."""
+def announce_schedule(config, ledger, first_start: float | None, now: float) -> None:
+    """Log the budget plan and, when it is known, when the first window will be released
+    (on an empty ledger stage 2 learns it from the internal topic)."""
     plan = plan_from_config(config)
     if plan.advice():
         log.warning("budget plan: %s. %s", plan.summary(), plan.advice())
     else:
         log.info("budget plan: %s", plan.summary())
+    if first_start is None:
+        log.info("first window: decided once the input is read (the ledger is empty)")
+        return
+    announce_first_window(config, first_start, now, "after the ledger's last window")
+
+
+def announce_first_window(config, first_start: float, now: float, why: str) -> None:
+    """Log when the first window will be released (its scheduled publication time)."""
     size, late = config.window.size_seconds, config.window.allowed_lateness_seconds
     # Published at its scheduled time: close time plus the publication delay.
     first_close = first_start + size + late + config.window.publish_delay_seconds
     if first_close <= now:
-        log.info("first window [%s, %s) closed while the monitor was down: released once the backlog is read",
-                 iso(first_start), iso(first_start + size))
+        log.info("first window [%s, %s) (%s) closed while the monitor was down: released once the backlog is read",
+                 iso(first_start), iso(first_start + size), why)
     elif first_close > now + 60:
-        # With hourly windows the first release is up to an hour away: say so, or the
+        # With 5-minute windows the first release is minutes away: say so, or the
         # silence looks like a hang.
-        log.info("first window [%s, %s) is released at %s (in %s); nothing is published before that",
-                 iso(first_start), iso(first_start + size), iso(first_close), duration(first_close - now))
+        log.info("first window [%s, %s) (%s) is released at %s (in %s); nothing is published before that",
+                 iso(first_start), iso(first_start + size), why, iso(first_close), duration(first_close - now))
     else:
-        log.info("first window [%s, %s) is released at %s", iso(first_start), iso(first_start + size), iso(first_close))
+        log.info("first window [%s, %s) (%s) is released at %s", iso(first_start), iso(first_start + size), why, iso(first_close))
