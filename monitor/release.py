@@ -292,6 +292,7 @@ class WindowReleaser:
                 # count and rate compare with the baseline's.
                 report = {"reason": reason, **self._report(window, alarm_flags)}
                 window_cost = self.report_cost
+                charges.append({"kind": "report", "epsilon": window_cost[0], "delta": window_cost[1]})
             else:
                 report = {"reason": reason, "suppressed": "budget"}
 
@@ -307,9 +308,9 @@ class WindowReleaser:
             "baseline": None if released_baseline is None else released_baseline.as_dict(),
             "baseline_in_use": None if self.baseline.estimate is None else self.baseline.estimate.as_dict(),
             "report": report,
-            "charges": charges + ([{"kind": "report", "epsilon": window_cost[0], "delta": window_cost[1]}] if report and "suppressed" not in report else []),
-            "epsilon": math.fsum(c["epsilon"] for c in charges) + window_cost[0],
-            "delta": math.fsum(c["delta"] for c in charges) + window_cost[1],
+            "charges": charges,
+            "epsilon": math.fsum(c["epsilon"] for c in charges),
+            "delta": math.fsum(c["delta"] for c in charges),
             "budget": decision.budget_record(),
         }
         return record, window_cost

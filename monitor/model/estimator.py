@@ -178,7 +178,7 @@ class GridKNN:
         out = np.empty(len(self.grids_))
         for i, (grid, eps) in enumerate(zip(self.grids_, self.grid_epsilons_)):
             U = gen.random((_N_SYNTHETIC, self.n_features_in_))
-            w = np.clip(grid.values - 0.5 * np.log(max(grid.n_cells, 2)) / eps, 0.0, None)
+            w = _above_noise_floor(grid, eps)
             if w.sum() > 0:
                 pick = gen.choice(w.size, size=_N_SYNTHETIC, p=w / w.sum())
                 coords = (grid.keys[pick, None] // grid._strides[None, :]) % grid.bins
@@ -217,7 +217,7 @@ class GridKNN:
             unset = np.isnan(U[:, fs]).all(axis=0)
             if not unset.any():
                 continue
-            w = np.clip(grid.values - 0.5 * np.log(max(grid.n_cells, 2)) / eps, 0.0, None)
+            w = _above_noise_floor(grid, eps)
             if w.sum() <= 0:
                 w = np.clip(grid.values, 0.0, None)
             if w.sum() <= 0:
@@ -290,6 +290,12 @@ class GridKNN:
 
         check_features(self, names, bounds)
 
+
+
+def _above_noise_floor(grid, epsilon: float) -> np.ndarray:
+    """A grid's noisy values less half its noise floor ln(cells) / epsilon, at least 0: the
+    weights the synthetic samples draw cells with (see ``GridKNN._synthetic``)."""
+    return np.clip(grid.values - 0.5 * np.log(max(grid.n_cells, 2)) / epsilon, 0.0, None)
 
 
 def _check_postprocessing(contamination, threshold) -> None:
