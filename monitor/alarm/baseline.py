@@ -99,10 +99,15 @@ class BaselineTracker:
         self._events = 0
 
     @property
+    def _next_epsilon_flagged(self) -> float:
+        # The first estimate's flagged total gets epsilon_warmup: its span holds few
+        # windows, so its noise weighs more per window.
+        return self.epsilon_warmup if self.estimate is None else self.epsilon_flagged
+
+    @property
     def epsilon(self) -> float:
-        """What the next estimate costs: the first one's flagged total gets ``epsilon_warmup``
-        (its span holds few windows, so its noise weighs more per window)."""
-        return (self.epsilon_warmup if self.estimate is None else self.epsilon_flagged) + self.epsilon_events
+        """What the next estimate costs."""
+        return self._next_epsilon_flagged + self.epsilon_events
 
     def span_length(self) -> float:
         """Length of the span the next estimate covers (public)."""
@@ -151,8 +156,7 @@ class BaselineTracker:
         w = max(1, int(math.ceil((window_end - self._span_start) / self.window_seconds - 1e-9)))
         events_sensitivity = 1 if self.flag_cap is None else w
         flagged_sensitivity = 1 if self.flag_cap is None else min(self.flag_cap, w)
-        epsilon = self.epsilon
-        eps_flagged = epsilon - self.epsilon_events
+        epsilon, eps_flagged = self.epsilon, self._next_epsilon_flagged
         flagged = self._noise.laplace(flagged_sensitivity / eps_flagged, center=float(self._flagged))
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         # Post-processing: a rate in [0, 1]; with (almost) no traffic keep the previous one.
