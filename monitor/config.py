@@ -152,18 +152,17 @@ class AlarmSettings(_Strict):
         0.02, gt=0, lt=0.5, description="Share of the model's own noisy mass above the alarm's score threshold: the alarm counts "
         "events flagged at this (strict) rate, a public post-processing of the model."
     )
-    threshold: float = Field(27.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
-    z: float = Field(2.0, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
+    threshold: float = Field(23.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
+    z: float = Field(1.0, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
     rate_margin: float = Field(
-        0.05, ge=0, description="Extra margin as a share of the expected flagged count (rate x mean events): the normal rate "
+        0.1, ge=0, description="Extra margin as a share of the expected flagged count (rate x mean events): the normal rate "
         "varies within a day, with who is online, more than the daily baseline can follow."
     )
-    epsilon_threshold: float = Field(0.4, gt=0, description="Epsilon of one run's noisy threshold.")
-    epsilon_queries: float = Field(0.4, gt=0, description="Epsilon of one run's positive answers (all its negative answers are free).")
-    max_positives: int = Field(1, ge=1, description="Pages one run may give before a new run is charged.")
-    max_run_seconds: float = Field(
-        604800.0, gt=0, description="Longest a run may answer before a new one is charged (its charge covers this span "
-        "in the budget; a page ends it sooner). A rolling period that straddles two runs pays for both."
+    epsilon_threshold: float = Field(0.6, gt=0, description="Epsilon of one run's noisy threshold, charged when the run opens.")
+    epsilon_page: float = Field(0.6, gt=0, description="Epsilon of each page (a positive answer), charged when it pages; quiet windows are free.")
+    run_seconds: float = Field(
+        86400.0, gt=0, description="Length of the alarm's runs, aligned on the epoch (UTC days by default): a run and its pages "
+        "are charged over its span, so a rolling period that straddles two runs pays for both thresholds."
     )
     hold_windows: int = Field(3, ge=0, description="Windows that keep paging after a positive answer, with no query and no cost.")
     baseline_warmup_seconds: float = Field(10800.0, gt=0, description="Span of the first baseline estimate; the alarm starts after it.")
@@ -181,8 +180,8 @@ class AlarmSettings(_Strict):
 
     @property
     def run_epsilon(self) -> float:
-        """What one AboveThreshold run costs (pure DP)."""
-        return self.epsilon_threshold + self.epsilon_queries
+        """What a run that pages once costs (pure DP): the least the budget must hold for the alarm to answer."""
+        return self.epsilon_threshold + self.epsilon_page
 
     @property
     def baseline_epsilon(self) -> float:
@@ -197,21 +196,21 @@ class ReportSettings(_Strict):
     every_seconds: float | None = Field(
         None, gt=0, description="Also release a detailed report of one window every so many seconds (a public schedule); null: only on pages."
     )
-    epsilon_events: float = Field(0.05, gt=0, description="Epsilon of the report's event count (sensitivity 1).")
-    epsilon_grids: float = Field(0.3, gt=0, description="Epsilon of picking the model grid with the most flagged events (report-noisy-max).")
-    epsilon_grid_count: float = Field(0.1, gt=0, description="Epsilon of that grid's flagged count (sensitivity 1).")
+    epsilon_events: float = Field(0.03, gt=0, description="Epsilon of the report's event count (sensitivity 1).")
+    epsilon_grids: float = Field(0.2, gt=0, description="Epsilon of picking the model grid with the most flagged events (report-noisy-max).")
+    epsilon_grid_count: float = Field(0.05, gt=0, description="Epsilon of that grid's flagged count (sensitivity 1).")
     k: int = Field(5, ge=1, description="An event is an outlier when fewer than k other events lie within radius.")
     radius: float = Field(0.1, gt=0, description="Neighbourhood radius in the scaled [0,1] space (normalised distance).")
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
         "auto", description="Noise mechanism for outlier counts; auto picks from public parameters."
     )
-    epsilon_count: float = Field(0.1, gt=0, description="Epsilon of the full-space outlier count (coarse at small shares: a clustered surge does not move it anyway).")
+    epsilon_count: float = Field(0.05, gt=0, description="Epsilon of the full-space outlier count (coarse at small shares: a clustered surge does not move it anyway).")
     delta_count: float = Field(1e-9, ge=0, lt=1, description="Delta of the full-space outlier count.")
-    epsilon_flagged: float = Field(0.1, gt=0, description="Epsilon of the count of flagged events, at the alarm's threshold (sensitivity 1).")
+    epsilon_flagged: float = Field(0.05, gt=0, description="Epsilon of the count of flagged events, at the alarm's threshold (sensitivity 1).")
     top_h: int = Field(1, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
     subspace_dims: int = Field(1, ge=1, description="Dimension of the candidate subspaces.")
-    epsilon_top: float = Field(0.1, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
-    epsilon_top_count: float = Field(0.05, gt=0, description="Epsilon of each chosen subspace's count.")
+    epsilon_top: float = Field(0.05, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
+    epsilon_top_count: float = Field(0.02, gt=0, description="Epsilon of each chosen subspace's count.")
     delta_top_count: float = Field(1e-10, ge=0, lt=1, description="Delta of each chosen subspace's count.")
 
     def top_h_for(self, n_features: int) -> int:
@@ -305,7 +304,7 @@ class MonitorConfig(_Strict):
                 raise ValueError(f"report.delta_top_count must be positive with report.mechanism {r.mechanism!r}")
         b = self.budget
         for what, (eps, delta) in (("one detailed report", self.report_cost()),
-                                   ("one alarm run", (self.alarm.run_epsilon, 0.0)),
+                                   ("an alarm run that pages once", (self.alarm.run_epsilon, 0.0)),
                                    ("one baseline estimate", (self.alarm.baseline_epsilon, 0.0)),
                                    ("the first baseline estimate", (self.alarm.epsilon_baseline_warmup + self.alarm.epsilon_baseline_events, 0.0))):
             if eps > b.epsilon or delta > b.delta:
@@ -341,6 +340,9 @@ class MonitorConfig(_Strict):
 # Keys of earlier versions, with what replaced them.
 _RENAMED = {
     "release": "renamed `report` (the detailed report of a window that pages); move its keys there",
+    "alarm.epsilon_queries": "renamed `alarm.epsilon_page`: each page is now paid when it is given",
+    "alarm.max_positives": "removed: a run answers until `alarm.run_seconds` ends, each page paid when given",
+    "alarm.max_run_seconds": "renamed `alarm.run_seconds` (runs are now aligned on the epoch)",
     "metrics.outlier_alert_level": "removed: the surge alert now fires on the private alarm (see the `alarm` block)",
 }
 

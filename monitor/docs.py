@@ -56,7 +56,7 @@ PRIVACY = {
     "dp_monitor_last_release_timestamp_seconds": "public schedule",
     "dp_monitor_windows_released_total": "public schedule",
     "dp_monitor_windows_suppressed_total": "public schedule",
-    # What is spent depends on the alarm's (DP) answers: a page buys a report and a new run.
+    # What is spent depends on the alarm's (DP) answers: a page pays its own share and buys a report.
     "dp_monitor_budget_epsilon_spent": "DP release (post-processing: the alarm's answers and the schedule)",
     "dp_monitor_budget_epsilon_remaining": "DP release (post-processing: the alarm's answers and the schedule)",
     "dp_monitor_budget_epsilon_limit": "config",

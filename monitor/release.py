@@ -6,8 +6,9 @@ with no Kafka at all.
 
 Every window's alert record holds:
 
-- ``alarm``: the private surge answer (``monitor.alarm.SurgeAlarm``), paid once per
-  AboveThreshold run, not per window;
+- ``alarm``: the private surge answer (``monitor.alarm.SurgeAlarm``): each epoch-aligned
+  AboveThreshold run pays for its threshold when it opens and for each page when it is
+  given, never for a quiet window;
 - ``baseline``: on the baseline's public schedule, the released normal flagged rate;
 - ``report``: on a page (and on ``report.every_seconds``' public schedule), a detailed
   report of the window (:func:`release_report`), each part with its own share;
@@ -74,8 +75,9 @@ def release_report(
     Guarantee: (epsilon, delta)-DP for add/remove neighbouring windows, with (epsilon,
     delta) = ``settings.cost(d, G)`` (basic composition of the parts), provided each
     privacy unit contributes at most one event to the window. Counts of events and of
-    flags have sensitivity 1; one event moves every grid's count by at most 1, so the
-    grid pick (permute-and-flip, scale 2 / epsilon_grids) is epsilon_grids-DP.
+    flags have sensitivity 1; adding (removing) one event raises (lowers) each grid's
+    count by 0 or 1, all in the same direction, so the grid pick (permute-and-flip on
+    monotone counts, scale 1 / epsilon_grids) is epsilon_grids-DP.
 
     >>> rec = release_report(np.zeros((0, 2)), np.zeros(0, bool), ReportSettings(top_h=1), ["hr", "spo2"], rng=1)
     >>> sorted(rec)
@@ -116,7 +118,7 @@ def release_report(
     if n_grids > 1:
         G = np.asarray(grid_flagged, dtype=bool).reshape(X.shape[0], n_grids)
         counts = G.sum(axis=0).astype(float)
-        pick = src.top_k(counts, 1, scale=2.0 / settings.epsilon_grids)[0]
+        pick = src.top_k(counts, 1, scale=1.0 / settings.epsilon_grids, monotonic=True)[0]
         top_grid = {
             "grid": grid_names[pick],
             "selection": {"epsilon": settings.epsilon_grids, "delta": 0.0, "mechanism": "exponential"},
@@ -175,8 +177,8 @@ class WindowReleaser:
         self.model = model
         self._noise = noise_source(rng)
         a = config.alarm
-        self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_queries, a.threshold, a.z, a.hold_windows, a.max_positives,
-                                a.rate_margin, rng=self._noise)
+        self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z, a.hold_windows, a.rate_margin,
+                                rng=self._noise)
         self.baseline = BaselineTracker(a.epsilon_baseline_flagged, a.epsilon_baseline_events, config.window.size_seconds,
                                         a.baseline_warmup_seconds, a.baseline_refresh_seconds,
                                         flag_cap=a.baseline_flag_cap if config.stream.entity_field else None,
@@ -188,7 +190,7 @@ class WindowReleaser:
         self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
         self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
-        self._run_span_end = -math.inf
+        self._run_span = (-math.inf, -math.inf)
         self._resume()
 
     # -- start-up ---------------------------------------------------------------------
@@ -196,8 +198,9 @@ class WindowReleaser:
         last = self.ledger.last_released()
         if last is None:
             return
-        for charge_id, *_ in self.ledger.span_charges("alarm_run", after=last.window_end):
-            self.ledger.end_charge(charge_id, last.window_end)
+        for kind in ("alarm_run", "alarm_page"):
+            for charge_id, *_ in self.ledger.span_charges(kind, after=last.window_end):
+                self.ledger.end_charge(charge_id, last.window_end)
         for entry in reversed(self.ledger.entries(since=last.window_end - self.config.alarm.baseline_refresh_seconds * 2)):
             if entry.payload is None:
                 continue
@@ -253,28 +256,30 @@ class WindowReleaser:
             else:  # not paid: the next span starts afresh, the old estimate stays in use
                 self.baseline.skip()
 
-        # Alarm: open (and charge) a run when one is needed, then answer.
+        # Alarm: open (and charge) a run when one is needed, then answer if a page could be paid.
         answer: AlarmAnswer
-        if not cfg.alarm.enabled:
+        a = cfg.alarm
+        if not a.enabled:
             answer = AlarmAnswer("off", None, 0.0, None, None)
         else:
-            if self.alarm.run is not None and window.end > self._run_span_end:
-                # The run's charge covers only its span: past it, a new run is charged.
-                self.alarm.close_run()
+            if self.alarm.run is not None and window.end > self._run_span[1]:
+                self.alarm.close_run()  # its span is over: its charges cover no later window
             if self.baseline.estimate is not None and self.alarm.needs_run():
-                cost = (self.alarm.epsilon, 0.0)
+                cost = (a.epsilon_threshold, 0.0)
                 if self._fits(window, cost):
-                    # Charged over the longest span it may answer; shortened when a page
-                    # ends it, so a crash can only over-count.
-                    span_end = window.start + cfg.alarm.max_run_seconds
-                    self._run_span_end = span_end
-                    run_id = self.ledger.add_charge("alarm_run", window.start, span_end, *cost)
+                    self._run_span = (window.start, _run_end(window.end, a.run_seconds))
+                    run_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
                     self.alarm.open_run(run_id)
                     charges.append({"kind": "alarm_run", "run": run_id, "epsilon": cost[0], "delta": 0.0,
-                                    "span": [window.start, span_end]})
-            answer = self.alarm.answer_one(alarm_flagged, n, self.baseline.estimate)
-            if answer.state == "fired" and self.alarm.run is None:  # the run is exhausted: its span ends here
-                self.ledger.end_charge(answer.run, window.end)
+                                    "span": list(self._run_span)})
+            # The filter: ask only if a page could be paid over the whole run (a page's
+            # noise shift covers every window the run answers, earlier ones included).
+            can_page = self.alarm.run is not None and self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0))
+            answer = self.alarm.answer_one(alarm_flagged, n, self.baseline.estimate, can_page=can_page)
+            if answer.state == "fired":
+                self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
+                charges.append({"kind": "alarm_page", "run": answer.run, "epsilon": a.epsilon_page, "delta": 0.0,
+                                "span": list(self._run_span)})
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
         # and still leaves room for the next alarm run.
@@ -286,7 +291,7 @@ class WindowReleaser:
         report = None
         window_cost = (0.0, 0.0)
         if reason is not None:
-            reserve = [(self.alarm.epsilon, 0.0)] if cfg.alarm.enabled else []
+            reserve = [(a.epsilon_threshold, 0.0), (a.epsilon_page, 0.0)] if a.enabled else []
             if self._fits(window, self.report_cost, reserve):
                 # "Flagged" in a report means what the alarm counts, so a report's flagged
                 # count and rate compare with the baseline's.
@@ -323,6 +328,11 @@ class WindowReleaser:
             grid_flagged = self.model.grid_scores(window.X) > self.grid_thresholds[None, :]
         return release_report(X, flagged, cfg.report, cfg.feature_names, rng=self._noise,
                               grid_flagged=grid_flagged, grid_names=self.grid_names)
+
+
+def _run_end(window_end: float, run_seconds: float) -> float:
+    """End of the epoch-aligned run that holds a window ending at ``window_end`` (public)."""
+    return math.ceil(window_end / run_seconds - 1e-12) * run_seconds
 
 
 def _on_schedule(start: float, end: float, every: float) -> bool:

@@ -14,56 +14,77 @@ EPS_T, EPS_Q = 0.5, 0.5
 WIDTH = 4
 
 
-def _first_positive(queries, threshold, seed, max_positives=1):
-    run = AboveThreshold(EPS_T, EPS_Q, width=WIDTH, max_positives=max_positives, rng=seed)
+def _answers(queries, threshold, seed, stop_after=1):
+    # A run asked in order until its ``stop_after``-th positive answer.
+    run = AboveThreshold(EPS_T, EPS_Q, width=WIDTH, rng=seed)
     run.start()
     out = []
-    for i, q in enumerate(queries):
-        if not run.active:
+    for q in queries:
+        if run.positives >= stop_after:
             break
         out.append(run.test_one(int(q), threshold))
     return tuple(out)
+
+
+def _check_ratios(a: Counter, b: Counter, n: int, bound_of) -> int:
+    """Log-ratio of every frequent outcome within its bound plus 4 standard errors; returns how many were checked."""
+    checked = 0
+    for outcome in set(a) | set(b):
+        if min(a[outcome], b[outcome]) < 400:  # too rare to estimate a ratio
+            continue
+        checked += 1
+        slack = 4 * math.sqrt(1 / a[outcome] + 1 / b[outcome])
+        log_ratio = math.log(a[outcome] / b[outcome])
+        assert abs(log_ratio) <= bound_of(outcome) + slack, (outcome, a[outcome] / n, b[outcome] / n)
+    return checked
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shift", ["up", "down", "mixed"])
 def test_output_distributions_of_neighbouring_streams_are_within_e_to_the_epsilon(shift):
     # Neighbouring streams: one unit moves every query by an amount in [-m, WIDTH - m] (m = 1
-    # here, like -tau n for tau = 1/4). The run must be (EPS_T + EPS_Q)-DP on the output sequence.
+    # here, like -tau n for tau = 1/4). A run stopped at its first page must be (EPS_T + EPS_Q)-DP.
     base = np.array([0, 2, 5, 7, 9, 6])
     threshold = 8
     moves = {"up": np.full(6, WIDTH - 1), "down": np.full(6, -1), "mixed": np.array([3, -1, 3, -1, 3, -1])}[shift]
     neighbour = base + moves
     n = 60_000
-    a = Counter(_first_positive(base, threshold, seed) for seed in range(n))
-    b = Counter(_first_positive(neighbour, threshold, n + seed) for seed in range(n))
-    bound = math.exp(EPS_T + EPS_Q)
-    checked = 0
-    for outcome in set(a) | set(b):
-        pa, pb = a[outcome] / n, b[outcome] / n
-        if min(a[outcome], b[outcome]) < 400:  # too rare to estimate a ratio
-            continue
-        checked += 1
-        # 4 standard errors of the log ratio as sampling slack.
-        slack = 4 * math.sqrt(1 / a[outcome] + 1 / b[outcome])
-        assert math.log(pa / pb) <= math.log(bound) + slack, (outcome, pa, pb)
-        assert math.log(pb / pa) <= math.log(bound) + slack, (outcome, pa, pb)
-    assert checked >= 3
+    a = Counter(_answers(base, threshold, seed) for seed in range(n))
+    b = Counter(_answers(neighbour, threshold, n + seed) for seed in range(n))
+    assert _check_ratios(a, b, n, lambda outcome: EPS_T + EPS_Q) >= 3
+
+
+@pytest.mark.slow
+def test_each_outcome_costs_the_threshold_plus_one_share_per_page():
+    # Pay-as-you-go: an outcome with k pages may differ between neighbours by at most
+    # exp(EPS_T + k EPS_Q), however many quiet answers it holds. Strict per-outcome
+    # bounds (no page: EPS_T alone) are what lets the releaser charge pages as they come.
+    base = np.array([9, 2, 10, 3, 9, 8])
+    threshold = 8
+    neighbour = base + np.array([3, -1, 3, -1, 3, -1])
+    n = 60_000
+    a = Counter(_answers(base, threshold, seed, stop_after=2) for seed in range(n))
+    b = Counter(_answers(neighbour, threshold, n + seed, stop_after=2) for seed in range(n))
+    bounds = {}
+    checked = _check_ratios(a, b, n, lambda outcome: bounds.setdefault(outcome, EPS_T + sum(outcome) * EPS_Q))
+    assert checked >= 6 and {sum(o) for o in bounds} == {0, 1, 2}
 
 
 def test_a_run_pays_only_for_its_positive_answers():
-    run = AboveThreshold(0.3, 0.7, width=1, max_positives=2, rng=0)
+    run = AboveThreshold(0.3, 0.7, width=1, rng=0)
     run.start()
+    assert run.epsilon_spent == pytest.approx(0.3)
     answers = [run.test_one(q, 100) for q in [0] * 500 + [10_000, 0, 10_000]]
-    assert answers.count(True) == 2 and run.exhausted and run.epsilon == pytest.approx(1.0)
+    assert answers.count(True) == 2 and run.epsilon_spent == pytest.approx(0.3 + 2 * 0.7)
+    run.stop()
     with pytest.raises(RuntimeError, match="no active run"):
         run.test_one(0, 100)
 
 
 def test_noise_scales_follow_the_stated_guarantee():
-    run = AboveThreshold(0.2, 0.4, width=RESOLUTION, max_positives=3)
+    run = AboveThreshold(0.2, 0.4, width=RESOLUTION)
     assert run.threshold_scale == pytest.approx(RESOLUTION / 0.2)
-    assert run.query_scale == pytest.approx(3 * RESOLUTION / 0.4)
+    assert run.query_scale == pytest.approx(RESOLUTION / 0.4)
 
 
 def test_the_statistic_is_an_exact_integer_whatever_the_rate():

@@ -142,3 +142,30 @@ def test_every_period_within_budget_in_any_order(indices, kind) -> None:
             n = sum(1 for e in released_ends if end - period < e <= end)
             assert n <= 2
         assert len(led.entries()) == len(set(indices))
+
+
+def _spend_at(led: WindowLedger, t: float, period: float) -> float:
+    """Brute force: the epsilon of every charge touching (t - period, t]."""
+    windows = sum(c.epsilon for c in led.charges(t - period, t))
+    spans = sum(eps for _, _, s, e, eps, _ in led.span_charges() if s < t and e > t - period)
+    return windows + spans
+
+
+# Charges that reach back (an alarm page over its run) must fit every period they touch
+# that has already ended, not only the trailing one.
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 8), st.sampled_from([0.5, 1.0, 2.0])), max_size=12),
+       st.integers(0, 20), st.integers(1, 20), st.sampled_from([0.5, 1.0, 2.0]))
+def test_fits_span_is_exact_over_every_period_the_charge_reaches(spans, span_start, length, cost) -> None:
+    period, limit = 5 * WINDOW, 4.0
+    with tempfile.TemporaryDirectory() as d, WindowLedger(Path(d) / "l.sqlite") as led:
+        acc = BudgetAccountant(led, limit, 1e-5, period_seconds=period)
+        for start, n, eps in spans:  # span charges, and released windows (point charges) at their ends
+            led.add_charge("alarm_run", start * WINDOW, (start + n) * WINDOW, eps)
+            if n % 2:
+                led.record_release(start * WINDOW, (start + 1) * WINDOW, eps / 2, 0.0, "{}")
+        s, now = span_start * WINDOW, (span_start + length) * WINDOW
+        # Every period end t in (s, now], on a grid finer than any charge boundary.
+        ts = [s + k * WINDOW / 4 for k in range(1, 4 * length + 1)]
+        expected = all(_spend_at(led, t, period) + cost <= limit + 1e-9 for t in ts)
+        assert acc.fits_span(s, now, (cost, 0.0)) == expected

@@ -55,7 +55,7 @@ def test_json_report_of_both_ledgers(config_path: Path, capsys) -> None:
     assert s["at"] == 360.0 and s["accountant"] == "basic"
     assert s["in_period"] == {"released": 3, "suppressed": 3}
     assert s["epsilon_spent"] == 3.0 and s["epsilon_remaining"] == 0.0
-    assert set(s["costs"]) == {"alarm_run", "baseline", "report"} and s["costs"]["alarm_run"]["delta"] == 0.0
+    assert set(s["costs"]) == {"alarm_run", "alarm_page", "baseline", "report"} and s["costs"]["alarm_run"]["delta"] == 0.0
     assert s["unpublished"] == 2 and len(s["recent"]) == 6
     assert r["epsilon_spent"] == 1.25 and r["epsilon_remaining"] == 3.75
     assert [c["purpose"] for c in r["charges"]] == ["fit", "identify"]

@@ -39,8 +39,15 @@ def test_keys_of_earlier_versions_say_what_replaced_them():
 def test_a_report_or_run_costing_more_than_the_budget_is_refused():
     with pytest.raises(ConfigError, match="one detailed report costs .* more than the period budget"):
         parse_config({**BASE, "budget": {"epsilon": 0.2}})
-    with pytest.raises(ConfigError, match="one alarm run costs .* more than the period budget"):
-        parse_config({**BASE, "budget": {"epsilon": 1.0}, "alarm": {"epsilon_queries": 0.9}})
+    with pytest.raises(ConfigError, match="an alarm run that pages once costs .* more than the period budget"):
+        parse_config({**BASE, "budget": {"epsilon": 1.0}, "alarm": {"epsilon_page": 0.9}})
+
+
+def test_the_alarm_keys_of_earlier_versions_say_what_replaced_them():
+    with pytest.raises(ConfigError, match=r"alarm.epsilon_queries: renamed `alarm.epsilon_page`"):
+        parse_config({**BASE, "alarm": {"epsilon_queries": 0.4}})
+    with pytest.raises(ConfigError, match=r"alarm.max_run_seconds: renamed `alarm.run_seconds`"):
+        parse_config({**BASE, "alarm": {"max_run_seconds": 3600}})
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path):

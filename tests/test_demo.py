@@ -26,9 +26,11 @@ def test_demo_config_is_valid_and_matches_the_repository_features(tmp_path):
     repo = load_config(Path(__file__).resolve().parent.parent / REPO_CONFIG)
     assert cfg.features == repo.features
     # The demo runs at the shipped privacy settings, only on a faster schedule.
-    assert cfg.alarm.run_epsilon == repo.alarm.run_epsilon and cfg.report_cost() == repo.report_cost()
-    # A minute of windows with a page fits the budget: one baseline, two runs, one report.
-    assert cfg.alarm.epsilon_baseline_warmup + 2 * cfg.alarm.run_epsilon + cfg.report_cost()[0] < cfg.budget.epsilon
+    a = cfg.alarm
+    assert (a.epsilon_threshold, a.epsilon_page) == (repo.alarm.epsilon_threshold, repo.alarm.epsilon_page)
+    assert cfg.report_cost() == repo.report_cost()
+    # A minute of windows with two pages fits the budget: one baseline, one run, two pages and reports.
+    assert a.epsilon_baseline_warmup + a.epsilon_threshold + 2 * (a.epsilon_page + cfg.report_cost()[0]) < cfg.budget.epsilon
 
 
 def _record(start: float, state: str, grid: str | None = None) -> dict:

@@ -80,6 +80,21 @@ def test_top_k_respects_its_privacy_bound_on_neighbouring_scores(rng):
     assert a[2] > a[1] > a[0]
 
 
+@pytest.mark.parametrize("rng", [None, 8])
+def test_monotone_top_k_is_within_e_to_the_one_over_scale(rng):
+    """Counts under adding one person each rise by 0 or 1: the pick's bound halves to e^(1/scale).
+
+    Adversarial pairs: one score up alone (its pick grows most), all up but one (that
+    one's pick falls most)."""
+    src, scale, n = noise_source(rng), 1.0, 6000
+    bound = math.exp(1 / scale)
+    for before, after in (([0.0, 0.0, 0.0], [1.0, 0.0, 0.0]), ([0.0, 0.0, 0.0], [0.0, 1.0, 1.0])):
+        a = np.bincount([src.top_k(before, 1, scale, monotonic=True)[0] for _ in range(n)], minlength=3) / n
+        b = np.bincount([src.top_k(after, 1, scale, monotonic=True)[0] for _ in range(n)], minlength=3) / n
+        assert np.all(a <= bound * b * 1.15) and np.all(b <= bound * a * 1.15), (a, b)
+        assert np.max(np.maximum(a / b, b / a)) > 1.3  # the neighbour does move the picks
+
+
 def test_top_k_returns_distinct_indices_best_first_when_noise_is_small():
     src = noise_source(0)
     assert src.top_k([3.0, 10.0, 7.0, -2.0], 3, 1e-6) == [1, 2, 0]

@@ -6,8 +6,8 @@ One-second windows; the alarm's baseline warms up over the first few, then a CLU
 surge (a quarter of the devices send readings close to one desaturated, tachycardic
 point: each other's neighbours, so the seed's distance-based count misses them, the
 model's flags do not) must page through the private alarm, and only then. The budget
-pays for the baseline, two alarm runs and one detailed report: after the second page the
-alarm is suppressed, which the budget rules must see. Every PromQL expression of both
+pays for the baseline, one run's threshold, three pages and one detailed report: then
+the alarm is suppressed, which the budget rules must see. Every PromQL expression of both
 dashboards and of the rules is evaluated through Prometheus's HTTP API, and the two
 endpoints must not share a metric.
 """
@@ -49,7 +49,7 @@ RATE_INTERVAL = "5s"       # Grafana's $__rate_interval for a 1 s scrape interva
 # The alarm's parameters: large epsilons and a margin of 8 + 2 sd make its answer
 # certain on these counts (normal excess about 0 +- 2, surge excess about 34), so the
 # test is about the plumbing, not the noise draws.
-ALARM = {"threshold": 8.0, "z": 2.0, "rate_margin": 0.0, "epsilon_threshold": 4.0, "epsilon_queries": 4.0,
+ALARM = {"threshold": 8.0, "z": 2.0, "rate_margin": 0.0, "epsilon_threshold": 4.0, "epsilon_page": 4.0,
          "hold_windows": 1, "baseline_warmup_seconds": WARMUP_WINDOWS * WINDOW_S, "baseline_refresh_seconds": 3600.0,
          "baseline_flag_cap": 1, "epsilon_baseline_flagged": 2.0, "epsilon_baseline_events": 1.0}
 
@@ -190,16 +190,17 @@ def stack(kafka_bootstrap, tmp_path_factory):
                           str(REPO / "monitor" / "data" / "reference-vitals.csv"), "--seed", "1"],
                          capture_output=True, text=True, timeout=120)
     assert fit.returncode == 0, fit.stderr
-    # Budget: the baseline, two alarm runs, one detailed report, and half a run. The first
-    # page buys its report; the second page's report does not fit (it must leave a run in
-    # reserve), and the third run cannot be paid: the alarm is suppressed from then on.
+    # Budget: the baseline, one run's threshold and 2.5 pages, one detailed report, and one
+    # more threshold. The first page buys its report (leaving a run that pages once in
+    # reserve); the later pages' reports do not fit, the third page is the last that can be
+    # paid: the alarm is suppressed from then on.
     parsed = parse_config(config)
     n_grids = len(GridKNN.load(tmp / "model.json").grids_)
     report_eps = parsed.report.cost(len(parsed.features), n_grids)[0]
     # The first baseline estimate (the only one in this run) costs its warm-up share.
-    run_eps = parsed.alarm.run_epsilon
-    baseline_eps = parsed.alarm.epsilon_baseline_warmup + parsed.alarm.epsilon_baseline_events
-    config["budget"]["epsilon"] = baseline_eps + 2.5 * run_eps + report_eps
+    a = parsed.alarm
+    baseline_eps = a.epsilon_baseline_warmup + a.epsilon_baseline_events
+    config["budget"]["epsilon"] = baseline_eps + 2 * a.epsilon_threshold + 2.5 * a.epsilon_page + report_eps
     cfg_path.write_text(yaml.safe_dump(config), encoding="utf-8")
     parsed = parse_config(config)
 

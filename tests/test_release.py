@@ -144,10 +144,13 @@ def test_alarm_pages_on_a_clustered_surge_and_stays_quiet_otherwise(tmp_path, vi
     assert records[20]["report"]["reason"] == "alarm" and records[20]["epsilon"] > 0
     assert all(r["report"] is None for i, r in enumerate(records) if i != 20)
     kinds = [c["kind"] for r in records for c in r["charges"]]
-    assert kinds.count("baseline") == 1 and kinds.count("alarm_run") == 2 and kinds.count("report") == 1
-    # The run that paged ends at that window; the new one is open.
-    runs = ledger.span_charges("alarm_run")
-    assert runs[0][3] == records[20]["window_end"] and runs[1][2] == records[24]["window_start"]
+    assert kinds == ["baseline", "alarm_run", "alarm_page", "report"]
+    # The page is paid over its whole run (its noise shift covers every window the run
+    # answers), and the run goes on after the hold: no new threshold is charged.
+    (_, _, run_start, run_end, _, _), = ledger.span_charges("alarm_run")
+    (_, _, page_start, page_end, page_eps, _), = ledger.span_charges("alarm_page")
+    assert (page_start, page_end) == (run_start, run_end) == (records[11]["window_start"], 86400.0)
+    assert page_eps == config.alarm.epsilon_page and records[24]["alarm_detail"]["run"] == records[20]["alarm_detail"]["run"]
 
 
 def test_every_window_is_charged_once_and_replayed_as_stored(tmp_path, vitals_model):
@@ -172,17 +175,29 @@ def test_a_restart_closes_the_open_run_and_keeps_the_baseline(tmp_path, vitals_m
 
 
 def test_a_budget_too_small_for_a_run_suppresses_the_alarm_not_the_window(tmp_path, vitals_model):
-    config = _config(tmp_path, epsilon_threshold=0.4, epsilon_queries=0.4)
+    config = _config(tmp_path, epsilon_threshold=0.4, epsilon_page=0.4)
     config = config.model_copy(update={"budget": config.budget.model_copy(update={"epsilon": 0.5})})
     records, ledger = _run(config, vitals_model, 14, [])
     assert records[-1]["alarm_detail"]["state"] == "suppressed" and records[-1]["alarm"] is False
     assert [c["kind"] for r in records for c in r["charges"]] == ["baseline"]
 
 
-def test_a_run_past_its_charged_span_is_replaced_by_a_new_charged_run(tmp_path, vitals_model):
-    # A run's charge covers max_run_seconds; answering past it would be unpaid.
-    config = _config(tmp_path, max_run_seconds=1800)  # 6 windows
+def test_a_budget_that_cannot_pay_a_page_asks_no_question(tmp_path, vitals_model):
+    # The filter: the run is open (its threshold paid), but a page would overdraw the
+    # period, so the surge window gets no query, hence no page and no unpaid loss.
+    config = _config(tmp_path, epsilon_threshold=0.4, epsilon_page=0.4)
+    config = config.model_copy(update={"budget": config.budget.model_copy(update={"epsilon": 1.0})})
+    surge = Surge(start=14, windows=3, share=0.5, kind="clustered", center=(84.0, 150.0))
+    records, ledger = _run(config, vitals_model, 16, [surge])
+    assert [c["kind"] for r in records for c in r["charges"]] == ["baseline", "alarm_run"]
+    assert {r["alarm_detail"]["state"] for r in records[11:]} == {"suppressed"}
+    assert records[14]["alarm_detail"]["run"] is not None and not ledger.span_charges("alarm_page")
+
+
+def test_runs_are_aligned_on_the_epoch_and_a_new_one_is_charged_past_its_span(tmp_path, vitals_model):
+    # A run's charges cover [open, next multiple of run_seconds); answering past it would be unpaid.
+    config = _config(tmp_path, run_seconds=1800)  # 6 windows
     records, ledger = _run(config, vitals_model, 24, [])
-    runs = ledger.span_charges("alarm_run")
-    assert len(runs) == 3 and all(e - s == 1800 for _, _, s, e, _, _ in runs)
-    assert [r[2] for r in runs] == [records[11]["window_start"], records[17]["window_start"], records[23]["window_start"]]
+    runs = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_run")]
+    assert runs == [(3300.0, 3600.0), (3600.0, 5400.0), (5400.0, 7200.0)]
+    assert len({r["alarm_detail"]["run"] for r in records[11:]}) == 3

@@ -8,25 +8,27 @@ cancel out in a_i, so n_i is never released.
 
 The answer "is a_i above T_i?" comes from AboveThreshold runs (``AboveThreshold``),
 with T_i = threshold + z sqrt(tau n_bar) + rate_margin tau n_bar, n_bar the released mean events per window:
-public numbers only. A positive answer pages; the alarm then holds for
+public numbers only. A run's threshold is paid when it opens, each page when it is
+given; quiet windows are free. A positive answer pages; the alarm then holds for
 ``hold_windows`` windows (answered "alarm" without a query, so a surge pages once and
-costs once) and resumes with the run's next positive, or a new run when the run is
-exhausted.
+pays once) and resumes with the same run.
 
 Exactness: tau is rounded to a multiple of 1 / RESOLUTION (post-processing), so
 RESOLUTION a_i = RESOLUTION f_i - m n_i is an integer, and so is every comparison.
 
-Guarantee: each run is (epsilon_threshold + epsilon_queries, 0)-DP for entity-level
-neighbours over all the windows it answers; the caller charges a run before its first
-answer, over the span of windows it may answer.
+Guarantee: a run that pages k times is (epsilon_threshold + k epsilon_page, 0)-DP for
+entity-level neighbours over all the windows it answers, for every outcome (see
+``AboveThreshold``). The caller charges epsilon_threshold over the run's span when it
+opens, epsilon_page over the same span with each page, and asks (``can_page``) only
+when its budget could pay for a page.
 
->>> alarm = SurgeAlarm(epsilon_threshold=1.0, epsilon_queries=1.0, threshold=20, z=3.0, hold_windows=2, rng=1)
+>>> alarm = SurgeAlarm(epsilon_threshold=1.0, epsilon_page=1.0, threshold=20, z=3.0, hold_windows=2, rng=1)
 >>> base = BaselineEstimate(rate=0.01, events_per_window=1000, span_start=0, span_end=60, span_windows=1, epsilon=0.2)
 >>> alarm.open_run(run_id=1)
->>> [alarm.answer_one(f, 1000, base).state for f in (9, 12, 80, 85, 90)]
-['quiet', 'quiet', 'fired', 'held', 'held']
->>> alarm.needs_run()  # the run's one positive is used: the next window needs a new, charged run
-True
+>>> [alarm.answer_one(f, 1000, base).state for f in (9, 12, 80, 85, 90, 10)]
+['quiet', 'quiet', 'fired', 'held', 'held', 'quiet']
+>>> alarm.svt.epsilon_spent  # the threshold and one page
+2.0
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ class AlarmAnswer:
 
     ``state``: "fired" (a positive answer: page), "held" (within ``hold_windows`` after
     one: still paging, no query), "quiet" (a negative answer), "warming_up" (no baseline
-    yet: no query), "suppressed" (the budget could not pay for a run), "off" (``alarm.enabled``
-    is false).
+    yet: no query), "suppressed" (the budget could not pay for a run or for a page: no
+    query), "off" (``alarm.enabled`` is false). ``epsilon``: what the answering run has
+    cost so far, this answer's page included (pure DP).
     """
 
     state: AlarmState
@@ -77,9 +80,9 @@ class SurgeAlarm:
 
     Parameters
     ----------
-    epsilon_threshold, epsilon_queries, max_positives:
-        One run's privacy (see ``AboveThreshold``): a run costs their sum and answers
-        until ``max_positives`` positive answers.
+    epsilon_threshold, epsilon_page:
+        A run's privacy (see ``AboveThreshold``): its threshold costs epsilon_threshold,
+        each page epsilon_page.
     threshold:
         Excess flagged events per window (above tau n) that count as a surge.
     z:
@@ -94,8 +97,8 @@ class SurgeAlarm:
         None in production (OpenDP); a seed for tests.
     """
 
-    def __init__(self, epsilon_threshold: float, epsilon_queries: float, threshold: float, z: float = 3.0,
-                 hold_windows: int = 3, max_positives: int = 1, rate_margin: float = 0.0, rng=None) -> None:
+    def __init__(self, epsilon_threshold: float, epsilon_page: float, threshold: float, z: float = 3.0,
+                 hold_windows: int = 3, rate_margin: float = 0.0, rng=None) -> None:
         if not (math.isfinite(threshold) and threshold >= 0):
             raise ValueError(f"threshold must be a non-negative number, got {threshold!r}")
         if not (math.isfinite(z) and z >= 0):
@@ -104,18 +107,13 @@ class SurgeAlarm:
             raise ValueError(f"rate_margin must be a non-negative number, got {rate_margin!r}")
         if int(hold_windows) != hold_windows or hold_windows < 0:
             raise ValueError(f"hold_windows must be a non-negative integer, got {hold_windows!r}")
-        self.svt = AboveThreshold(epsilon_threshold, epsilon_queries, width=RESOLUTION, max_positives=max_positives, rng=rng)
+        self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION, rng=rng)
         self.threshold = float(threshold)
         self.z = float(z)
         self.rate_margin = float(rate_margin)
         self.hold_windows = int(hold_windows)
         self.run: int | None = None
         self._hold_left = 0
-
-    @property
-    def epsilon(self) -> float:
-        """What one run costs (pure DP)."""
-        return self.svt.epsilon
 
     @property
     def holding(self) -> bool:
@@ -131,7 +129,7 @@ class SurgeAlarm:
         self.run = int(run_id)
 
     def close_run(self) -> None:
-        """Forget the run (a restart, or a window the budget could not pay for)."""
+        """Forget the run (its span ended, or a restart)."""
         self.svt.stop()
         self.run = None
 
@@ -140,22 +138,20 @@ class SurgeAlarm:
         expected = max(0.0, baseline.rate * baseline.events_per_window)
         return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
 
-    def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None) -> AlarmAnswer:
-        """Answer one window, in window order."""
+    def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True) -> AlarmAnswer:
+        """Answer one window, in window order. ``can_page``: the budget could pay for a
+        page (a public fact); without it no query is asked."""
         if baseline is None:
             return AlarmAnswer("warming_up", None, 0.0, None, None)
         threshold = self.window_threshold(baseline)
         if self.holding:
             self._hold_left -= 1
-            return AlarmAnswer("held", self.run, self.svt.epsilon, threshold, baseline.rate)
-        if not self.svt.active:
-            return AlarmAnswer("suppressed", None, 0.0, threshold, baseline.rate)
+            return AlarmAnswer("held", self.run, self.svt.epsilon_spent, threshold, baseline.rate)
+        if not self.svt.active or not can_page:
+            return AlarmAnswer("suppressed", self.run, self.svt.epsilon_spent if self.svt.active else 0.0, threshold, baseline.rate)
         m = round(baseline.rate * RESOLUTION)
         statistic = RESOLUTION * int(flagged) - m * int(events)
         fired = self.svt.test_one(statistic, math.ceil(threshold * RESOLUTION))
-        run = self.run
         if fired:
             self._hold_left = self.hold_windows
-            if self.svt.exhausted:
-                self.run = None
-        return AlarmAnswer("fired" if fired else "quiet", run, self.svt.epsilon, threshold, baseline.rate)
+        return AlarmAnswer("fired" if fired else "quiet", self.run, self.svt.epsilon_spent, threshold, baseline.rate)

@@ -155,6 +155,33 @@ class BudgetAccountant:
             accountant=self.accountant,
         )
 
+    def fits_span(self, span_start: float, window_end: float, cost: Cost) -> bool:
+        """May a charge of ``cost`` over a span that began at ``span_start`` be added at ``window_end``?
+
+        For a charge that reaches back in time (an alarm page pays over its whole run), every
+        period (t - period, t] it touches with span_start < t <= window_end must stay within
+        budget; periods ending later are checked by the later decisions, which see it. A
+        period's charges change only when one enters (t reaches a window's end, or passes a
+        span's start), so checking t = window_end and each such entry point is exact.
+        """
+        cost = (float(cost[0]), float(cost[1]))
+        period = self.period_seconds
+        lo = math.nextafter(span_start, math.inf)  # the first period end the new charge touches
+        # (enters at, leaves when t - period reaches, cost): a window counts for t in [end, end + period).
+        held = [(c.window_end, c.window_end, (c.epsilon, c.delta))
+                for c in self.ledger.charges(span_start - period, window_end) if c.epsilon > 0 or c.delta > 0]
+        held += [(math.nextafter(s, math.inf), e, (eps, d)) for _, _, s, e, eps, d in self.ledger.span_charges(after=span_start - period)
+                 if s < window_end and (eps > 0 or d > 0)]
+        ends = {window_end} | {max(enter, lo) for enter, _, _ in held if enter <= window_end}
+        for t in sorted(ends):
+            counts: dict[Cost, int] = {}
+            for enter, leave, c in held:
+                if enter <= t and leave > t - period:
+                    counts[c] = counts.get(c, 0) + 1
+            if not fits(_plus_one(counts, cost), self.accountant, self.epsilon, self.delta):
+                return False
+        return True
+
     def release(
         self, window_start: float, window_end: float, cost: Cost, payload_fn: Callable[[Decision], str | bytes]
     ) -> ReleaseOutcome:

@@ -75,10 +75,11 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
         "period_seconds": b.period_seconds,
         "epsilon_limit": b.epsilon,
         "delta_limit": b.delta,
-        # What each kind of charge costs (from the config alone): the alarm pays per run,
-        # not per window; a detailed report (without the model-grid part) per page.
+        # What each kind of charge costs (from the config alone): the alarm pays per run
+        # and per page, never per quiet window; a detailed report per page.
         "costs": {
-            "alarm_run": {"epsilon": config.alarm.run_epsilon, "delta": 0.0},
+            "alarm_run": {"epsilon": config.alarm.epsilon_threshold, "delta": 0.0},
+            "alarm_page": {"epsilon": config.alarm.epsilon_page, "delta": 0.0},
             "baseline": {"epsilon": config.alarm.baseline_epsilon, "delta": 0.0},
             "report": {"epsilon": report_cost[0], "delta": report_cost[1]},
         },
@@ -194,11 +195,12 @@ def _render(report: dict[str, Any]) -> None:
         summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}"
                         + (" (fixed target, see below)" if s["accountant"] == "pld" and s["delta_spent"] else ""))
         c = s["costs"]
-        summary.add_row("one alarm run / baseline / report costs",
-                        f"epsilon {c['alarm_run']['epsilon']:g} / {c['baseline']['epsilon']:g} / {c['report']['epsilon']:g}")
-        runs = [x for x in s["span_charges"] if x["kind"] == "alarm_run"]
-        summary.add_row("alarm runs and baselines in the period",
-                        f"{len(runs)} run(s), {len(s['span_charges']) - len(runs)} baseline estimate(s)")
+        summary.add_row("one alarm run / page / baseline / report costs",
+                        f"epsilon {c['alarm_run']['epsilon']:g} / {c['alarm_page']['epsilon']:g} / {c['baseline']['epsilon']:g} "
+                        f"/ {c['report']['epsilon']:g}")
+        kinds = [x["kind"] for x in s["span_charges"]]
+        summary.add_row("alarm runs, pages and baselines in the period",
+                        f"{kinds.count('alarm_run')} run(s), {kinds.count('alarm_page')} page(s), {kinds.count('baseline')} baseline estimate(s)")
         summary.add_row("awaiting republish", str(s["unpublished"]))
         summary.add_row("ledger", s["ledger"])
         console.print(summary)

@@ -3,16 +3,18 @@
 Everything here follows from the config alone, never from the data, so it can be printed
 freely. ``monitor run`` logs it at start and ``monitor budget`` shows it.
 
-Every window is released: the alarm's quiet answers are paid once per AboveThreshold run,
-not per window. A rolling period holds one open run, the baseline estimates of its
-schedule and the scheduled reports; each page adds a detailed report and opens the next
-run. When a period's budget cannot pay for another run, the alarm says ``suppressed``
-(and no report is released) until the oldest charge leaves the rolling period.
+Every window is released: the alarm's quiet answers are free; an AboveThreshold run pays
+for its threshold when it opens and for each page when it is given. A rolling period
+touches the thresholds of the epoch-aligned runs it overlaps, the baseline estimates of
+its schedule and the scheduled reports; each page adds its own share and a detailed
+report. When a period's budget cannot pay for a page, the alarm says ``suppressed`` (and
+no report is released) until the oldest charge leaves the rolling period.
 
 >>> plan = BudgetPlan(period_seconds=86400, window_seconds=300, accountant="basic", epsilon=12.0, delta=1e-6,
-...                   run_cost=(0.8, 0.0), baseline_cost=(0.1, 0.0), baselines_per_period=1, report_cost=(0.8, 1.1e-9))
+...                   threshold_cost=(0.4, 0.0), runs_per_period=2, page_cost=(0.4, 0.0), baseline_cost=(0.1, 0.0),
+...                   baselines_per_period=1, report_cost=(0.8, 1.1e-9))
 >>> round(plan.quiet_epsilon, 2), plan.pages_per_period
-(0.9, 6)
+(0.9, 9)
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ class BudgetPlan:
     accountant: AccountantKind
     epsilon: float
     delta: float
-    run_cost: Cost
+    threshold_cost: Cost
+    runs_per_period: int
+    page_cost: Cost
     baseline_cost: Cost
     baselines_per_period: int
     report_cost: Cost
@@ -80,7 +84,8 @@ class BudgetPlan:
 
     def _charges(self, pages: int) -> dict[Cost, int]:
         counts: dict[Cost, int] = {}
-        for cost, n in ((self.run_cost, (1 + pages) if self.alarm_enabled else 0),
+        for cost, n in ((self.threshold_cost, self.runs_per_period if self.alarm_enabled else 0),
+                        (self.page_cost, pages if self.alarm_enabled else 0),
                         (self.baseline_cost, self.baselines_per_period if self.alarm_enabled else 0),
                         (self.report_cost, self.scheduled_reports_per_period + (pages if self.report_on_page else 0))):
             if n:
@@ -92,7 +97,7 @@ class BudgetPlan:
 
     @property
     def quiet_epsilon(self) -> float:
-        """Epsilon of a period without a page: one run, the baselines, the scheduled reports."""
+        """Epsilon of a period without a page: the thresholds of the runs it touches, the baselines, the scheduled reports."""
         return spend(self._charges(0), self.accountant, self.delta)[0]
 
     @property
@@ -101,8 +106,8 @@ class BudgetPlan:
 
     @property
     def page_epsilon(self) -> float:
-        """What one more page adds (basic composition: the next run and its report)."""
-        return self.run_cost[0] + (self.report_cost[0] if self.report_on_page else 0.0)
+        """What one more page adds (basic composition: its own share and its report)."""
+        return self.page_cost[0] + (self.report_cost[0] if self.report_on_page else 0.0)
 
     @functools.cached_property  # a PLD search composes distributions: do it once
     def pages_per_period(self) -> int:
@@ -120,7 +125,7 @@ class BudgetPlan:
     def summary(self) -> str:
         """One sentence: what a quiet period costs and how many pages the budget pays for."""
         head = (f"a {duration(self.period_seconds)} period without a page costs epsilon {self.quiet_epsilon:.3g} "
-                f"(one alarm run of {self.run_cost[0]:g}, {self.baselines_per_period} baseline estimate(s) of "
+                f"({self.runs_per_period} alarm run threshold(s) of {self.threshold_cost[0]:g}, {self.baselines_per_period} baseline estimate(s) of "
                 f"{self.baseline_cost[0]:g}, {self.scheduled_reports_per_period} scheduled report(s) of {self.report_cost[0]:g}); "
                 f"each page adds about {self.page_epsilon:.3g}; the budget ({self.accountant}, epsilon {self.epsilon:g}, "
                 f"delta {self.delta:.2g}) pays for ")
@@ -143,8 +148,11 @@ def plan_from_config(config) -> BudgetPlan:
     b, a, r = config.budget, config.alarm, config.report
     return BudgetPlan(
         period_seconds=b.period_seconds, window_seconds=config.window.size_seconds, accountant=b.accountant,
-        epsilon=b.epsilon, delta=b.delta, run_cost=(a.run_epsilon, 0.0), baseline_cost=(a.baseline_epsilon, 0.0),
-        baselines_per_period=math.ceil(b.period_seconds / a.baseline_refresh_seconds - 1e-9),
+        epsilon=b.epsilon, delta=b.delta, threshold_cost=(a.epsilon_threshold, 0.0),
+        # A rolling period not aligned on the runs (or the baseline spans) overlaps one more of them.
+        runs_per_period=math.ceil(b.period_seconds / a.run_seconds - 1e-9) + 1, page_cost=(a.epsilon_page, 0.0),
+        baseline_cost=(a.baseline_epsilon, 0.0),
+        baselines_per_period=math.ceil(b.period_seconds / a.baseline_refresh_seconds - 1e-9) + 1,
         report_cost=config.report_cost(),
         scheduled_reports_per_period=math.ceil(b.period_seconds / r.every_seconds - 1e-9) if r.every_seconds else 0,
         report_on_page=r.on_alarm, alarm_enabled=a.enabled,

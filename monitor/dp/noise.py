@@ -64,11 +64,11 @@ def _opendp_discrete_laplace(scale: float):
 
 
 @lru_cache(maxsize=256)
-def _opendp_top_k(k: int, scale: float):
+def _opendp_top_k(k: int, scale: float, monotonic: bool = False):
     dp = _dp()
     return dp.m.make_noisy_top_k(
         dp.vector_domain(dp.atom_domain(T=float, nan=False)),
-        dp.linf_distance(T=float),
+        dp.linf_distance(T=float, monotonic=monotonic),
         dp.max_divergence(),
         k=k,
         scale=scale,
@@ -192,14 +192,16 @@ class NoiseSource:
             return (w[:, 0] * math.sqrt(dof)) / norm
 
     # -- selection ----------------------------------------------------------------------
-    def top_k(self, scores: Sequence[float], k: int, scale: float) -> list[int]:
+    def top_k(self, scores: Sequence[float], k: int, scale: float, monotonic: bool = False) -> list[int]:
         """Indices of the k largest of ``scores + Exponential(scale)`` noise, best first.
 
         Report-noisy-max with exponential noise is permute-and-flip (McKenna & Sheldon
         2020): for scores of sensitivity Delta (in either direction) each pick is
         (2 Delta / scale)-DP, the same guarantee as the exponential mechanism with
         weights exp(score / scale), and never less accurate than it. k picks without
-        replacement are (k * 2 Delta / scale)-DP. Production uses OpenDP's
+        replacement are (k * 2 Delta / scale)-DP. With ``monotonic`` (a neighbour moves
+        every score in the same direction, e.g. counts under adding or removing one
+        person) the factor 2 goes: (k Delta / scale)-DP. Production uses OpenDP's
         ``make_noisy_top_k`` (max-divergence), whose privacy map gives exactly that.
         """
         _check_scale(scale)
@@ -211,7 +213,7 @@ class NoiseSource:
         if self._seeded:
             noisy = scores + self.generator.exponential(scale, scores.size)
             return [int(i) for i in np.argsort(-noisy, kind="stable")[:k]]
-        return [int(i) for i in _opendp_top_k(int(k), float(scale))(scores.tolist())]
+        return [int(i) for i in _opendp_top_k(int(k), float(scale), bool(monotonic))(scores.tolist())]
 
 
 def _check_scale(scale: float) -> None:

@@ -406,7 +406,7 @@ def _print_summary(console, board: ReleaseBoard, stats: SimulationStats, config,
     records = board.records
     counts = service.counts
     charges = [c for r in records for c in r.get("charges", [])]
-    alarm_eps = sum(c["epsilon"] for c in charges if c["kind"] in ("alarm_run", "baseline"))
+    alarm_eps = sum(c["epsilon"] for c in charges if c["kind"] in ("alarm_run", "alarm_page", "baseline"))
     report_eps = sum(c["epsilon"] for c in charges if c["kind"] == "report")
     runs = sum(c["kind"] == "alarm_run" for c in charges)
     console.print("")
@@ -418,10 +418,11 @@ def _print_summary(console, board: ReleaseBoard, stats: SimulationStats, config,
                   f"in a window, {counts.get('late', 0)} late, {counts.get('dead_letter', 0)} dead letters")
     verdict = burst_verdict(records, stats)
     console.print(f"  anomaly burst ({stats.burst_devices} devices, {stats.anomalous} anomalous events): {verdict.describe()}")
+    a = config.alarm
     console.print(f"  privacy: the alarm path spent epsilon {alarm_eps:.2f} per person ({runs} alarm run(s) of "
-                  f"{config.alarm.run_epsilon:g} and the baseline), detailed reports {report_eps:.2f}; delta 0.")
-    console.print(f"  with config.yaml's 5-minute windows the same settings cost about {config.alarm.run_epsilon + config.alarm.baseline_epsilon:.2f} "
-                  f"per person on a day without a page, plus {config.alarm.run_epsilon:g} and one report per page "
+                  f"{a.epsilon_threshold:g}, {a.epsilon_page:g} per page, and the baseline), detailed reports {report_eps:.2f}; delta 0.")
+    console.print(f"  with config.yaml's 5-minute windows the same settings cost about {a.epsilon_threshold + a.baseline_epsilon:.2f} "
+                  f"per person on a UTC day without a page, plus {a.epsilon_page:g} and one report per page "
                   "(BENCHMARKS.md, \"Surge alarm\")")
     scraped = "served while running" if metrics_text else "not reachable at the end"
     console.print(f"  metrics: {service.metrics_url} ({scraped}); operational metrics (not private): {service.operational_metrics_url}")

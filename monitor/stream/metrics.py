@@ -77,7 +77,7 @@ class MonitorMetrics:
         self.budget_spent = Gauge(p + "budget_epsilon_spent", "Epsilon spent in the current period.", ["ledger"], registry=r)
         self.budget_remaining = Gauge(p + "budget_epsilon_remaining", "Epsilon left in the current period.", ["ledger"], registry=r)
         self.budget_limit = Gauge(p + "budget_epsilon_limit", "Configured epsilon per period.", ["ledger"], registry=r)
-        self.alarm_run_cost = Gauge(p + "alarm_run_epsilon", "Epsilon one alarm run costs (config).", registry=r)
+        self.alarm_run_cost = Gauge(p + "alarm_run_epsilon", "Epsilon of an alarm run that pages once: its threshold and one page (config).", registry=r)
         self.report_cost = Gauge(p + "report_cost_epsilon", "Epsilon one detailed report costs (config).", registry=r)
         self.window_size = Gauge(p + "window_size_seconds", "Configured window length (window.size_seconds).", registry=r)
         self.window_lateness = Gauge(p + "window_allowed_lateness_seconds", "Configured wait for late events after a window's end.", registry=r)
