@@ -34,6 +34,7 @@ sys.path.insert(0, str(SHARED / "tools"))
 
 from report import write_section  # noqa: E402 (a sibling: run as python bench/bench_model.py)
 from monitor.model import GridKNN, default_layout  # noqa: E402
+from monitor.model._defaults import SIZE_SHARE  # noqa: E402
 from monitor.model._grid import NoisyGrid, _cells  # noqa: E402
 
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -90,6 +91,7 @@ def exact_grid_model(model: GridKNN, R: np.ndarray) -> GridKNN:
     from monitor.features import scale_to_unit
 
     model._validate()
+    model._set_layout(len(R), model.epsilon * (1 - SIZE_SHARE))  # the true size: this reference is not private
     U = scale_to_unit(R, model.bounds_)
     grids = []
     for g, b in zip(model.groups_, model.grid_bins_):
@@ -232,17 +234,18 @@ def _var(n):
     return _DIMS[n][1]
 
 
-def layouts_table(dims, epsilons) -> str:
-    lines = ["| d | " + " | ".join(f"eps {e:g}" for e in epsilons) + " |", "|---|" + "---|" * len(epsilons)]
+def layouts_table(dims, epsilons, sizes=(100, 1000, 10000)) -> str:
+    lines = ["| d | n | " + " | ".join(f"eps {e:g}" for e in epsilons) + " |", "|---|---|" + "---|" * len(epsilons)]
     for d in sorted(set(dims)):
-        cells = []
-        for e in epsilons:
-            lay = default_layout(d, e)
-            joint = [b for g, b in zip(lay.groups, lay.bins) if len(g) > 1 or d == 1]
-            marg = len(lay.groups) - len(joint)
-            p = len(lay.groups[0])
-            cells.append(f"{len(joint)} x {joint[0]}^{p}" + (f" + {marg} x {lay.bins[-1]}" if marg else "") + f", k {lay.k:g}")
-        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+        for n in sizes:
+            cells = []
+            for e in epsilons:
+                lay = default_layout(d, e * (1 - SIZE_SHARE), n)
+                joint = [(g, b) for g, b in zip(lay.groups, lay.bins) if len(g) > 1 or d == 1]
+                marg = len(lay.groups) - len(joint)
+                cells.append(f"{len(joint)} x {joint[0][1]}^{len(joint[0][0])}"
+                             + (f" + {marg} x {lay.bins[-1]}" if marg else "") + f", k {lay.k:.0f}")
+            lines.append(f"| {d} | {n:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

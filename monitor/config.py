@@ -318,15 +318,14 @@ class MonitorConfig(_Strict):
     def report_cost(self) -> tuple[float, float]:
         """(epsilon, delta) of one detailed report with the model this config fits.
 
-        The report's grid part is paid only with more than one model grid; the grids
-        follow from public settings alone (``monitor.model.default_layout``), so this is
-        what the releaser charges for a model fitted with this config.
+        The report's grid part is paid only with more than one model grid. The number of
+        grids depends on the fit's noisy record count, but the default rule never gives
+        fewer than ``min_grids(d)`` (``monitor.model.default_layout``), which already says
+        whether there is more than one: this is what the releaser charges.
         """
-        from monitor.model._defaults import default_layout
+        from monitor.model._defaults import min_grids
 
-        m = self.model
-        layout = default_layout(len(self.features), m.epsilon, bins=m.bins, k=m.k, depth=m.max_depth)
-        return self.report.cost(len(self.features), len(layout.groups))
+        return self.report.cost(len(self.features), min_grids(len(self.features)))
 
     @property
     def feature_names(self) -> list[str]:

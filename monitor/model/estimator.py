@@ -17,7 +17,7 @@ import numpy as np
 
 from monitor.dp import noise_source
 from monitor.features import check_bounds, scale_to_unit
-from monitor.model._defaults import default_layout
+from monitor.model._defaults import SIZE_SHARE, default_layout
 from monitor.model._grid import NoisyGrid, cell_threshold
 
 __all__ = ["GridKNN"]
@@ -37,10 +37,11 @@ class GridKNN:
     ----------
     bins, k, max_depth:
         Bins per axis of the joint grids, noisy mass to reach, and L1 search depth (the
-        paper's b, k, delta_max). ``None`` chooses from d and epsilon only
-        (``monitor.model.default_layout``, docs/model.md).
+        paper's b, k, delta_max). ``None`` chooses from d, epsilon and a private estimate
+        of the number of reference records (``monitor.model.default_layout``, docs/model.md).
     epsilon:
-        Privacy budget of the whole fit (pure DP, delta = 0), split equally over the grids.
+        Privacy budget of the whole fit (pure DP, delta = 0): a share SIZE_SHARE for the
+        size estimate, the rest split equally over the grids.
     bounds:
         Public (min, max) per feature, shape (d, 2). Values outside are clipped.
     weighted:
@@ -99,24 +100,33 @@ class GridKNN:
         if len(names) != d or len(set(names)) != d:
             raise ValueError(f"feature_names must be {d} distinct names, got {names!r}")
         self.feature_names_ = names
-        layout = default_layout(d, float(self.epsilon), self.group_size, self.bins, self.k, self.max_depth,
-                                self.n_grids, self.marginals)
+
+    def _set_layout(self, n_estimate: float, epsilon_grids: float) -> None:
+        """The layout from public settings and the (private) size estimate: post-processing."""
+        layout = default_layout(self.bounds_.shape[0], epsilon_grids, n_estimate, self.group_size, self.bins, self.k,
+                                self.max_depth, self.n_grids, self.marginals)
         self.groups_, self.grid_bins_, self.k_, self.max_depth_ = layout
 
     def fit(self, X, y=None) -> "GridKNN":
         """Fit the noisy grids on RAW reference features X (n, d); returns self.
 
         Guarantee: pure epsilon-DP for the reference data (add/remove one record). The
-        features are scaled with the public ``bounds`` only, and the layout depends on
-        public settings only (d, epsilon, the public seed). Each of the G grids is
-        epsilon/G-DP (Laplace(G/epsilon) on every cell, NoisyGrid.fit), and they compose
-        sequentially (basic composition) to epsilon. Everything after (threshold,
-        scores, the model file) is post-processing.
+        features are scaled with the public ``bounds`` only. First the number of records
+        is released with Laplace(1 / epsilon_size) noise, epsilon_size = SIZE_SHARE *
+        epsilon (a count: sensitivity 1). The layout is a function of that release and of
+        public settings (d, epsilon, the public seed): post-processing. Each of the G
+        grids is then (epsilon - epsilon_size)/G-DP (Laplace noise on every cell,
+        NoisyGrid.fit); everything composes sequentially (basic composition) to epsilon.
+        Everything after (threshold, scores, the model file) is post-processing.
         """
         self._validate()
         U = scale_to_unit(X, self.bounds_)
         noise = noise_source(self.random_state)
-        eps_grid = float(self.epsilon) / len(self.groups_)
+        self.size_epsilon_ = SIZE_SHARE * float(self.epsilon)
+        self.n_estimate_ = float(noise.laplace(1.0 / self.size_epsilon_, center=float(U.shape[0])))
+        eps_grids = float(self.epsilon) - self.size_epsilon_
+        self._set_layout(self.n_estimate_, eps_grids)
+        eps_grid = eps_grids / len(self.groups_)
         self.grids_ = []
         for g, bins in zip(self.groups_, self.grid_bins_):
             n_cells = bins ** len(g)
