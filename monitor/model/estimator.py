@@ -222,11 +222,19 @@ class GridKNN:
         sets, whose real cells it thins; half keeps both within a factor of about 5.
         """
         U = np.full((_N_SYNTHETIC, self.n_features_in_), np.nan)
+        res = np.zeros(self.n_features_in_, dtype=np.int64)  # bins of the grid that set each feature
         for grid, eps in zip(self.grids_, self.grid_epsilons_):
             fs = list(grid.features)
             unset = np.isnan(U[:, fs]).all(axis=0)
+            if len(fs) == 1 and not unset[0] and res[fs[0]] < grid.bins:
+                # Unfloored weights: the coarse cell was already drawn above the noise floor,
+                # and flooring again would thin the fine grid's tails inside it.
+                self._refine(U, fs[0], int(res[fs[0]]), grid, np.clip(grid.values, 0.0, None), gen)
+                res[fs[0]] = grid.bins
+                continue
             if not unset.any():
                 continue
+            res[np.array(fs)[unset]] = grid.bins
             w = _above_noise_floor(grid, eps)
             if w.sum() <= 0:
                 w = np.clip(grid.values, 0.0, None)
@@ -252,6 +260,26 @@ class GridKNN:
                 U[:, fs[a]] = (coords[pick, a] + gen.random(_N_SYNTHETIC)) / grid.bins
         U[np.isnan(U)] = gen.random(int(np.isnan(U).sum()))
         return U
+
+    @staticmethod
+    def _refine(U: np.ndarray, f: int, coarse_bins: int, grid, w: np.ndarray, gen: np.random.Generator) -> None:
+        """Redraw feature f, set by a coarse joint grid, inside its coarse cell from a finer
+        one-feature grid's mass: a point uniform in a coarse cell (a third of the range)
+        would land where the fine grid has no mass, score high there, and put the
+        contamination quantile far above the reference's own scores (measured: 0.3 % flagged
+        for a contamination of 5 %). Cells without fine mass keep the coarse draw."""
+        if w.sum() <= 0:
+            return
+        fine = grid.keys  # 1-D grid: keys are the cell indices
+        owner = np.minimum(((fine + 0.5) / grid.bins * coarse_bins).astype(np.int64), coarse_bins - 1)
+        coarse = np.minimum((U[:, f] * coarse_bins).astype(np.int64), coarse_bins - 1)
+        for c in np.unique(coarse):
+            wc = np.where(owner == c, w, 0.0)
+            if wc.sum() <= 0:
+                continue
+            rows = np.flatnonzero(coarse == c)
+            pick = gen.choice(fine.size, size=rows.size, p=wc / wc.sum())
+            U[rows, f] = (fine[pick] + gen.random(rows.size)) / grid.bins
 
     # -- scoring --------------------------------------------------------------------------
     def _check_fitted(self) -> None:

@@ -68,7 +68,7 @@ def _private_part(model) -> dict:
                     "composition": "basic", "unit": "one reference record (add/remove)"},
         "size": None if getattr(model, "n_estimate_", None) is None else {
             "value": model.n_estimate_, "epsilon": model.size_epsilon_, "mechanism": "laplace_global"},
-        "layout": {"rule": "joint+marginal grids sized by a noisy record count, monitor 3 (docs/model.md)",
+        "layout": {"rule": "joint+marginal grids sized by the noisy size, monitor 3 (docs/model.md)",
                    "group_size": model.group_size,
                    "n_grids": model.n_grids, "marginals": model.marginals, "bins": model.bins},
         "grids": [{"features": list(g.features), "bins": g.bins, "epsilon": e, "keys": g.keys.tolist(),
