@@ -66,8 +66,8 @@ class ModelSettings(_Strict):
 
     path: Path = Field(Path("model.json"), description="Model file written by `monitor fit` and read by `monitor run`.")
     epsilon: float = Field(1.0, gt=0, description="Privacy budget of the fit, charged to the reference ledger.")
-    bins: int | None = Field(None, ge=2, description="Bins per dimension; null chooses from the number of features.")
-    k: int | None = Field(None, ge=1, description="Neighbours for the kNN score; null chooses from the number of features.")
+    bins: int | None = Field(None, ge=2, description="Bins per dimension of the joint grids; null chooses from the number of features, epsilon and a noisy count of the reference records (docs/model.md).")
+    k: int | None = Field(None, ge=1, description="Neighbours (noisy mass) for the kNN score; null chooses from the number of grids, epsilon and the noisy record count.")
     max_depth: int | None = Field(None, ge=0, description="How many cell rings to search; null chooses.")
     weighted: bool = Field(False, description="Weighted kNN score (count-weighted distances) instead of the basic one.")
     contamination: float | None = Field(0.05, gt=0, lt=0.5, description="Expected outlier rate; sets the flag threshold from the model's own noisy mass.")
