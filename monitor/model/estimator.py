@@ -188,7 +188,7 @@ class GridKNN:
         out = np.empty(len(self.grids_))
         for i, (grid, eps) in enumerate(zip(self.grids_, self.grid_epsilons_)):
             U = gen.random((_N_SYNTHETIC, self.n_features_in_))
-            w = _above_noise_floor(grid, eps)
+            w = _above_noise_floor(grid, eps, getattr(self, "n_estimate_", None))
             if w.sum() > 0:
                 pick = gen.choice(w.size, size=_N_SYNTHETIC, p=w / w.sum())
                 coords = (grid.keys[pick, None] // grid._strides[None, :]) % grid.bins
@@ -213,14 +213,14 @@ class GridKNN:
         cells that agree with the features already set (its marginal when none agree), and
         a point uniform in that cell. Post-processing of the released cells: free.
 
-        The noise floor, 1 / (2 epsilon_grid), is the mean mass an empty cell keeps:
-        without it the many empty cells' positive noise draws a share of the sample into
-        regions with no reference data, and a contamination quantile lands far above the
-        reference's own scores (measured on the bundled vitals: contamination 0.05 flagged
-        0.05 % of normal events; with this floor about 1.3 %, and every anomaly). A higher floor (the previous ln(cells) / (2 epsilon_grid))
-        thins the real cells of small reference sets: with the issue 13 layouts it flagged
-        up to 35 % of normal events at contamination 0.05; this floor flags 2 to 14 % on
-        the benchmark sets (bench/bench_model.py's datasets, eps 1).
+        The noise floor (``_above_noise_floor``) is about half the largest noise an empty
+        cell of the grid gets: without it the many empty cells' positive noise draws a
+        share of the sample into regions with no reference data, and a contamination
+        quantile lands far above the reference's own scores (measured on the bundled
+        vitals: contamination 0.05 flagged 0.05 % of normal events and 10 % of anomalies;
+        with the floor about 2 % and 100 %). On small reference sets that floor also
+        removed real cells (up to 35 % of normal events flagged at 0.05 with the issue
+        13 layouts), so it is capped at half the average real cell.
         """
         U = np.full((_N_SYNTHETIC, self.n_features_in_), np.nan)
         res = np.zeros(self.n_features_in_, dtype=np.int64)  # bins of the grid that set each feature
@@ -236,7 +236,7 @@ class GridKNN:
             if not unset.any():
                 continue
             res[np.array(fs)[unset]] = grid.bins
-            w = _above_noise_floor(grid, eps)
+            w = _above_noise_floor(grid, eps, getattr(self, "n_estimate_", None))
             if w.sum() <= 0:
                 w = np.clip(grid.values, 0.0, None)
             if w.sum() <= 0:
@@ -331,12 +331,18 @@ class GridKNN:
 
 
 
-def _above_noise_floor(grid, epsilon: float) -> np.ndarray:
-    """A grid's noisy values less the mean mass an empty cell keeps, at least 0: the weights
-    the synthetic samples draw cells with (see ``GridKNN._synthetic``).
+def _above_noise_floor(grid, epsilon: float, n_estimate: float | None = None) -> np.ndarray:
+    """A grid's noisy values less a noise floor, at least 0: the weights the synthetic
+    samples draw cells with (see ``GridKNN._synthetic``).
 
-    An empty cell keeps max(0, Laplace(1 / epsilon)), whose mean is 1 / (2 epsilon)."""
-    return np.clip(grid.values - 0.5 / epsilon, 0.0, None)
+    The floor is half the largest noise an empty cell of the grid gets, ln(cells) /
+    (2 epsilon), but never more than half the average real cell, n / (2 cells) (n: the
+    model's noisy record count, when it has one): on small reference sets the full floor
+    removed real cells too."""
+    floor = 0.5 * np.log(max(grid.n_cells, 2)) / epsilon
+    if n_estimate is not None:
+        floor = min(floor, 0.5 * max(n_estimate, 0.0) / grid.n_cells)
+    return np.clip(grid.values - floor, 0.0, None)
 
 
 def _check_postprocessing(contamination, threshold) -> None:
