@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from monitor.model import GridKNN, ModelFileError, default_layout, set_file_threshold
-from monitor.model._defaults import EPSILON_CAP, K_MIN, MAX_MARGINALS, SIZE_SHARE, feature_groups
+from monitor.model._defaults import EPSILON_CAP, K_MIN, MAX_MARGINALS, SIZE_SHARE, feature_groups, min_grids
 from monitor.model.file import _canonical
 
 
@@ -78,6 +78,15 @@ def test_small_budget_or_small_size_gives_few_coarse_grids_that_all_keep_cells()
     s = m.score_samples(np.vstack([np.full(166, 0.5), np.full(166, 0.98)]))
     assert s[0] < s[1]
     assert [len(g) for g in default_layout(13, 1.0, n=60).groups] == [3, 3, 3]  # 95 wine records: 3 grids
+
+
+def test_min_grids_bounds_every_layout_so_the_report_cost_is_known_before_the_fit():
+    # config.report_cost charges the report's grid part when the model has more than one
+    # grid; the count depends on the noisy size, but never drops below min_grids(d).
+    for d in (1, 2, 3, 5, 40):
+        counts = [len(default_layout(d, e, n).groups) for e in (0.01, 0.3, 5.0) for n in (-50, 1, 80, 10**6)]
+        assert min(counts) == min_grids(d)
+        assert (min_grids(d) > 1) == (d > 1)
 
 
 @pytest.mark.parametrize("d, eps", [(1, 0.3), (7, 1.0), (30, 0.2), (64, 5.0)])

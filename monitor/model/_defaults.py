@@ -127,7 +127,7 @@ def marginal_features(d: int, n: int) -> tuple[int, ...]:
 
 def min_grids(d: int) -> int:
     """The fewest grids the default rule gives for d features, whatever n and epsilon."""
-    return min(MIN_GRIDS, _grid_counts(d, GROUP_SIZE)[0] + _grid_counts(d, GROUP_SIZE)[1])
+    return min(MIN_GRIDS, sum(_grid_counts(d, max(1, min(GROUP_SIZE, d)))))
 
 
 def _grid_counts(d: int, p: int) -> tuple[int, int]:
