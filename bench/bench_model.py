@@ -34,6 +34,7 @@ sys.path.insert(0, str(SHARED / "tools"))
 
 from report import write_section  # noqa: E402 (a sibling: run as python bench/bench_model.py)
 from monitor.model import GridKNN, default_layout  # noqa: E402
+from monitor.model._defaults import SIZE_SHARE  # noqa: E402
 from monitor.model._grid import NoisyGrid, _cells  # noqa: E402
 
 EPSILONS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -90,6 +91,7 @@ def exact_grid_model(model: GridKNN, R: np.ndarray) -> GridKNN:
     from monitor.features import scale_to_unit
 
     model._validate()
+    model._set_layout(len(R), model.epsilon * (1 - SIZE_SHARE))  # the true size: this reference is not private
     U = scale_to_unit(R, model.bounds_)
     grids = []
     for g, b in zip(model.groups_, model.grid_bins_):
@@ -232,17 +234,18 @@ def _var(n):
     return _DIMS[n][1]
 
 
-def layouts_table(dims, epsilons) -> str:
-    lines = ["| d | " + " | ".join(f"eps {e:g}" for e in epsilons) + " |", "|---|" + "---|" * len(epsilons)]
+def layouts_table(dims, epsilons, sizes=(100, 1000, 10000)) -> str:
+    lines = ["| d | n | " + " | ".join(f"eps {e:g}" for e in epsilons) + " |", "|---|---|" + "---|" * len(epsilons)]
     for d in sorted(set(dims)):
-        cells = []
-        for e in epsilons:
-            lay = default_layout(d, e)
-            joint = [b for g, b in zip(lay.groups, lay.bins) if len(g) > 1 or d == 1]
-            marg = len(lay.groups) - len(joint)
-            p = len(lay.groups[0])
-            cells.append(f"{len(joint)} x {joint[0]}^{p}" + (f" + {marg} x {lay.bins[-1]}" if marg else "") + f", k {lay.k:g}")
-        lines.append(f"| {d} | " + " | ".join(cells) + " |")
+        for n in sizes:
+            cells = []
+            for e in epsilons:
+                lay = default_layout(d, e * (1 - SIZE_SHARE), n)
+                joint = [(g, b) for g, b in zip(lay.groups, lay.bins) if len(g) > 1 or d == 1]
+                marg = len(lay.groups) - len(joint)
+                cells.append(f"{len(joint)} x {joint[0][1]}^{len(joint[0][0])}"
+                             + (f" + {marg} x {lay.bins[-1]}" if marg else "") + f", k {lay.k:.0f}")
+            lines.append(f"| {d} | {n:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -324,17 +327,22 @@ sub-cells computed once per model (post-processing), so an event costs one looku
 
 ### Utility at every epsilon, two groups (protocol of `../shared/datasets/BASELINES.md`)
 
-The 19 shared datasets were split BEFORE tuning: "choose" = the 7 of BASELINES.md (the layout
-rule was chosen on these), "confirm" = the 12 others. Caveat, stated honestly: the confirm group
-was run twice during development (once with an early candidate, once with the joint-grid rule
-alone); after its thyroid sets failed, the fine one-feature grids were added, so the confirm
-group is not untouched. The 16 held-out sets will judge again.
+The 19 shared datasets were split BEFORE tuning: "choose" = the 7 of BASELINES.md (the first
+layout rule was chosen on these), "confirm" = the 12 others. Caveat, stated honestly: the
+confirm group is no longer a clean check. It was run twice while the previous rule was made
+(its thyroid failures added the one-feature grids), and the current rule (issue 13, second
+round: a noisy record count sizes the layout; a one-feature grid per feature; 3^3 joint grids;
+k >= sqrt(n)) was made looking at BOTH groups many times, after studying why annthyroid, letter,
+wine and Hepatitis failed. The rule's constants have reasons (noise-vs-count arithmetic,
+docs/model.md), but they were checked on these same sets. The 16 held-out sets will judge again.
+Previous rule (layout from d and epsilon only), same protocol: choose mean 0.973 / worst 0.924,
+confirm mean 0.875 / worst 0.686 (2_annthyroid); 5 datasets falling, 1 at chance at eps 0.1.
 
 Bounds: the reference split's min/max, treated as public (as the baseline's scaling); in
 deployment they come from config.yaml, never from the data. Variant per dataset: BASELINES.md's
 advice for its 7, else `cap10` when that leaves at least 10 outliers, else `all`. Exact kNN
 (k = 5) computed here on the same splits. "grid, exact counts": the eps = 1 layout with exact
-counts and k = 5 (not private; what the layout alone reaches). Ratio = DP AUROC at eps 1 / exact
+counts and k = 5 (not private; what the layout alone reaches; sized with the true record count). Ratio = DP AUROC at eps 1 / exact
 kNN AUROC. "v1 layout": the layout before issue 13 (disjoint pairs, 6 bins, k = max(4, G/eps),
 keep-threshold ln(10) noise scales), same splits. Largest fall: the largest drop of mean AUROC from one epsilon to any larger one, with
 its noise (2 standard errors of the paired per-seed difference + 0.005); **FALLS** when above it.
@@ -353,7 +361,8 @@ Goals at eps = 1:
 
 {t_confirm}
 
-Default layout by d and epsilon (joint grids x bins^features + one-feature grids x bins, and k):
+Default layout by d, record count n (in the fit: the noisy count) and epsilon (joint grids x
+bins^features + one-feature grids x bins, and k):
 
 {layouts_table(sorted({_dims(n) for n in names} | {3, 64, 166}), EPSILONS)}
 

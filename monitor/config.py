@@ -66,8 +66,8 @@ class ModelSettings(_Strict):
 
     path: Path = Field(Path("model.json"), description="Model file written by `monitor fit` and read by `monitor run`.")
     epsilon: float = Field(1.0, gt=0, description="Privacy budget of the fit, charged to the reference ledger.")
-    bins: int | None = Field(None, ge=2, description="Bins per dimension; null chooses from the number of features.")
-    k: int | None = Field(None, ge=1, description="Neighbours for the kNN score; null chooses from the number of features.")
+    bins: int | None = Field(None, ge=2, description="Bins per dimension of the joint grids; null chooses from the number of features, epsilon and a noisy count of the reference records (docs/model.md).")
+    k: int | None = Field(None, ge=1, description="Neighbours (noisy mass) for the kNN score; null chooses from the number of grids, epsilon and the noisy record count.")
     max_depth: int | None = Field(None, ge=0, description="How many cell rings to search; null chooses.")
     weighted: bool = Field(False, description="Weighted kNN score (count-weighted distances) instead of the basic one.")
     contamination: float | None = Field(0.05, gt=0, lt=0.5, description="Expected outlier rate; sets the flag threshold from the model's own noisy mass.")
@@ -317,15 +317,14 @@ class MonitorConfig(_Strict):
     def report_cost(self) -> tuple[float, float]:
         """(epsilon, delta) of one detailed report with the model this config fits.
 
-        The report's grid part is paid only with more than one model grid; the grids
-        follow from public settings alone (``monitor.model.default_layout``), so this is
-        what the releaser charges for a model fitted with this config.
+        The report's grid part is paid only with more than one model grid. The number of
+        grids depends on the fit's noisy record count, but the default rule never gives
+        fewer than ``min_grids(d)`` (``monitor.model.default_layout``), which already says
+        whether there is more than one: this is what the releaser charges.
         """
-        from monitor.model._defaults import default_layout
+        from monitor.model._defaults import min_grids
 
-        m = self.model
-        layout = default_layout(len(self.features), m.epsilon, bins=m.bins, k=m.k, depth=m.max_depth)
-        return self.report.cost(len(self.features), len(layout.groups))
+        return self.report.cost(len(self.features), min_grids(len(self.features)))
 
     @property
     def feature_names(self) -> list[str]:

@@ -19,10 +19,12 @@ def cluster(n=2000, d=2, seed=0):
 def test_fit_returns_self_and_learned_state():
     m = GridKNN(bounds=B2, random_state=0)
     assert m.fit(cluster()) is m
-    # d = 2: one joint 2-D grid and two fine one-feature grids, epsilon split equally.
+    # d = 2: one joint 2-D grid (at most 27 cells: 5 x 5) and two fine one-feature grids;
+    # 5 % of epsilon for the noisy size, the rest split equally.
     assert [g.features for g in m.grids_] == [(0, 1), (0,), (1,)]
-    assert m.grid_bins_ == (11, 32, 32) and m.grid_epsilons_ == [1 / 3] * 3
-    assert m.epsilon_spent_ == 1.0
+    assert m.grid_bins_ == (5, 32, 32) and m.grid_epsilons_ == pytest.approx([0.95 / 3] * 3)
+    assert m.epsilon_spent_ == 1.0 and m.size_epsilon_ == pytest.approx(0.05)
+    assert abs(m.n_estimate_ - 2000) < 400  # Laplace(20): a miss of 400 has probability e^-20
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -116,7 +118,7 @@ def test_thirty_dimensions_dense_and_one_big_sparse_grid():
     X = rng.normal(0.5, 0.05, (3000, 30))
     b30 = [(0, 1)] * 30
     m = GridKNN(bounds=b30, random_state=8).fit(X)
-    assert len(m.grids_) == 16  # 12 joint 3-feature grids + 4 one-feature grids at epsilon 1
+    assert len(m.grids_) == 32  # 16 joint 3-feature grids + 16 one-feature grids: n * epsilon affords all
     s = m.score_samples(np.vstack([np.full(30, 0.5), np.full(30, 0.02)]))
     assert s[0] < s[1]
     # One 30-D grid of 2^30 cells: only the sparse simulation can fit it.

@@ -33,7 +33,9 @@ def test_round_trip_gives_identical_scores_and_records_the_guarantee(model):
     np.testing.assert_array_equal(m.score_samples(Y), m2.score_samples(Y))
     np.testing.assert_array_equal(m.predict(Y), m2.predict(Y))
     doc = json.loads(path.read_text())
-    assert doc["version"] == 2 and doc["private"]["privacy"]["epsilon"] == 1.0
+    assert doc["version"] == 3 and doc["private"]["privacy"]["epsilon"] == 1.0
+    assert doc["private"]["size"] == {"value": m.n_estimate_, "epsilon": 0.05, "mechanism": "laplace_global"}
+    assert m2.n_estimate_ == m.n_estimate_ and m2.size_epsilon_ == 0.05
     assert doc["private"]["privacy"]["delta"] == 0.0
     assert [f["name"] for f in doc["private"]["features"]] == NAMES
     assert path.stat().st_size < 20_000
@@ -65,6 +67,8 @@ def _rewrite(path, edit, fix_checksum):
     (lambda d: d["private"].pop("grids"), True, "malformed"),
     (lambda d: d["private"]["privacy"].__setitem__("delta", 1e-5), True, "pure DP"),
     (lambda d: d["private"]["grids"][0].__setitem__("epsilon", 5.0), True, "add up to privacy.epsilon"),
+    (lambda d: d["private"]["size"].__setitem__("epsilon", 0.5), True, "add up to privacy.epsilon"),
+    (lambda d: d["private"].pop("size"), True, "malformed: 'size'"),
     (lambda d: d["scoring"].__setitem__("threshold", "high"), False, "threshold"),
     (lambda d: d["scoring"].__setitem__("contamination", 0.9), False, "contamination"),
 ])
@@ -73,6 +77,21 @@ def test_load_refuses_bad_files(model, edit, fix, match):
     _rewrite(path, edit, fix)
     with pytest.raises(ModelFileError, match=match):
         GridKNN.load(path)
+
+
+def test_version_2_file_still_loads_and_scores_alike(model):
+    # A version 2 file (layout from d and epsilon only, no size release): the grids'
+    # epsilons alone add up to privacy.epsilon. It loads and scores as before.
+    m, path = model
+    def as_v2(d):
+        d["version"] = 2
+        size = d["private"].pop("size")
+        d["private"]["privacy"]["epsilon"] -= size["epsilon"]
+    _rewrite(path, as_v2, True)
+    old = GridKNN.load(path)
+    Y = np.random.default_rng(3).normal([70, 97, 36], [20, 4, 2], (300, 3))
+    np.testing.assert_array_equal(old.score_samples(Y), m.score_samples(Y))
+    assert old.epsilon_spent_ == pytest.approx(0.95) and getattr(old, "n_estimate_", None) is None
 
 
 def test_load_refuses_missing_and_non_json(tmp_path):

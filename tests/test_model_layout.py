@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from monitor.model import GridKNN, ModelFileError, default_layout, set_file_threshold
-from monitor.model._defaults import EPSILON_CAP, K_MIN, feature_groups
+from monitor.model._defaults import EPSILON_CAP, K_MIN, MAX_MARGINALS, SIZE_SHARE, feature_groups, min_grids
 from monitor.model.file import _canonical
 
 
@@ -18,68 +18,102 @@ def _fit(X, eps, seed, **kw):
 
 
 @pytest.mark.parametrize("d, eps", [(3, 0.1), (6, 1.0), (10, 0.5), (32, 2.0)])
-def test_layout_depends_on_public_settings_only(d, eps):
-    # Two unrelated data sets with the same d, epsilon and bounds: the same grids,
-    # bins, k and depth. Only the noisy cell values may differ.
+def test_layout_is_a_function_of_public_settings_and_the_noisy_size_only(d, eps):
+    # Two unrelated data sets of the same size, d, epsilon and bounds, and the same noise
+    # seed: the same noisy size, so the same grids, bins, k and depth. Only the noisy
+    # cell values may differ. Any data set: the layout is default_layout of the release.
     A = np.random.default_rng(1).uniform(0, 1, (500, d))
-    B = np.random.default_rng(2).normal(0.2, 0.05, (3000, d)) ** 2
-    a, b = _fit(A, eps, 3), _fit(B, eps, 4)
+    B = np.random.default_rng(2).normal(0.2, 0.05, (500, d)) ** 2
+    a, b = _fit(A, eps, 3), _fit(B, eps, 3)
+    assert a.n_estimate_ == b.n_estimate_
     assert a.groups_ == b.groups_ and a.grid_bins_ == b.grid_bins_
     assert (a.k_, a.max_depth_) == (b.k_, b.max_depth_)
-    assert a.groups_ == default_layout(d, eps).groups
-    assert [g.features for g in a.grids_] == list(a.groups_)
+    c = _fit(np.random.default_rng(4).uniform(0, 1, (3000, d)), eps, 5)
+    for m in (a, c):
+        lay = default_layout(d, eps * (1 - SIZE_SHARE), m.n_estimate_)
+        assert (m.groups_, m.grid_bins_, m.k_, m.max_depth_) == (lay.groups, lay.bins, lay.k, lay.depth)
+        assert [g.features for g in m.grids_] == list(m.groups_)
+
+
+def test_size_release_is_drawn_by_the_noise_source_and_charged():
+    # The size is the only new release: centred on the row count, Laplace(1 / (0.05 eps)).
+    X = np.random.default_rng(6).uniform(0, 1, (400, 4))
+    est = np.array([_fit(X, 2.0, s).n_estimate_ for s in range(300)])
+    assert abs(np.median(est) - 400) < 3 and np.mean(np.abs(est - 400)) == pytest.approx(10, rel=0.15)
 
 
 def test_every_feature_is_in_a_joint_grid_and_three_features_share_one():
-    lay = default_layout(3, 1.0)
+    lay = default_layout(3, 1.0, n=1000)
     assert lay.groups[0] == (0, 1, 2)  # issue 13: 3 features were split 2 + 1
     for d in (4, 9, 21, 64):
-        joint = [g for g in default_layout(d, 1.0).groups if len(g) > 1]
+        lay = default_layout(d, 1.0, n=5000)
+        joint = [g for g in lay.groups if len(g) > 1]
         if len(joint) * 3 >= d:
             assert sorted({f for g in joint for f in g}) == list(range(d))
+        # a fine one-feature grid for every feature (up to MAX_MARGINALS)
+        assert len([g for g in lay.groups if len(g) == 1]) == min(d, MAX_MARGINALS)
     assert sorted({f for g in feature_groups(40, 3, 30) for f in g}) == list(range(40))
 
 
-def test_k_never_shrinks_as_epsilon_grows_and_layout_is_fixed_above_the_cap():
-    for d in (2, 8, 30, 64):
-        ks = [default_layout(d, e).k for e in (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)]
-        assert min(ks) >= K_MIN
-        # Above the cap the model is the same layout with less noise.
-        assert default_layout(d, EPSILON_CAP) == default_layout(d, 5.0) == default_layout(d, 50.0)
+@pytest.mark.parametrize("d", [1, 2, 8, 30, 64])
+@pytest.mark.parametrize("n", [20, 300, 5000, 100000])
+def test_more_budget_never_coarsens_the_layout_and_it_is_fixed_above_the_cap(d, n):
+    # For a given size, more epsilon gives at least as many grids and bins at least as fine
+    # (so more budget can only add detail on top of less noise), and above the cap the
+    # same layout: there more budget only lowers the noise.
+    lays = [default_layout(d, e, n) for e in (0.05, 0.1, 0.2, 0.5, 1.0)]
+    for lo, hi in zip(lays, lays[1:]):
+        assert len(hi.groups) >= len(lo.groups) and min(hi.bins) >= min(lo.bins)
+    assert min(lay.k for lay in lays) >= K_MIN
+    assert default_layout(d, EPSILON_CAP, n) == default_layout(d, 5.0, n) == default_layout(d, 50.0, n)
 
 
-def test_no_grid_left_without_cells_at_small_epsilon():
+def test_small_budget_or_small_size_gives_few_coarse_grids_that_all_keep_cells():
     # Issue 13: at eps 0.1 on 166 features, 83 grids and k = 830 left 11 grids empty.
+    # Every grid's average cell count is at least one noise scale: none is left empty.
     X = np.random.default_rng(5).normal(0.5, 0.1, (3000, 166))
     m = _fit(X, 0.1, 6)
-    assert len(m.grids_) <= 4
+    assert len(m.grids_) * 27 <= max(m.n_estimate_, 1) * 0.095 or len(m.grids_) == 3
     assert all(g.keys.size > 0 for g in m.grids_)
     s = m.score_samples(np.vstack([np.full(166, 0.5), np.full(166, 0.98)]))
     assert s[0] < s[1]
+    assert [len(g) for g in default_layout(13, 1.0, n=60).groups] == [3, 3, 3]  # 95 wine records: 3 grids
+
+
+def test_min_grids_bounds_every_layout_so_the_report_cost_is_known_before_the_fit():
+    # config.report_cost charges the report's grid part when the model has more than one
+    # grid; the count depends on the noisy size, but never drops below min_grids(d).
+    for d in (1, 2, 3, 5, 40):
+        counts = [len(default_layout(d, e, n).groups) for e in (0.01, 0.3, 5.0) for n in (-50, 1, 80, 10**6)]
+        assert min(counts) == min_grids(d)
+        assert (min_grids(d) > 1) == (d > 1)
 
 
 @pytest.mark.parametrize("d, eps", [(1, 0.3), (7, 1.0), (30, 0.2), (64, 5.0)])
-def test_grid_epsilons_add_up_to_the_model_epsilon(d, eps, tmp_path):
-    # Basic composition: the per-grid budgets sum to the fit's epsilon, in the model and
-    # in the file (whose loader checks it).
+def test_epsilons_add_up_to_the_model_epsilon(d, eps, tmp_path):
+    # Basic composition: the size release and the per-grid budgets sum to the fit's
+    # epsilon, in the model and in the file (whose loader checks it).
     m = _fit(np.random.default_rng(7).uniform(0, 1, (200, d)), eps, 8)
     assert len(m.grid_epsilons_) == len(m.grids_)
-    assert sum(m.grid_epsilons_) == pytest.approx(eps, rel=1e-12)
+    assert sum(m.grid_epsilons_) + m.size_epsilon_ == pytest.approx(eps, rel=1e-12)
     m.save(tmp_path / "m.json")
     doc = json.loads((tmp_path / "m.json").read_text())
-    assert sum(g["epsilon"] for g in doc["private"]["grids"]) == pytest.approx(doc["private"]["privacy"]["epsilon"])
-    assert doc["private"]["privacy"]["delta"] == 0.0
+    private = doc["private"]
+    assert (sum(g["epsilon"] for g in private["grids"]) + private["size"]["epsilon"]
+            == pytest.approx(private["privacy"]["epsilon"]))
+    assert private["privacy"]["delta"] == 0.0
 
 
 def test_model_file_holds_no_raw_count(tmp_path):
     # Integer-valued data in few cells: raw counts would be integers; every stored value is
-    # a noisy (non-integer) mass, and no other field carries per-cell numbers.
+    # a noisy (non-integer) mass, the size is noisy too, and no other field carries
+    # per-cell numbers.
     X = np.random.default_rng(9).integers(0, 3, (2000, 4)).astype(float) / 2
     m = _fit(X, 1.0, 10, contamination=0.05)
     m.save(tmp_path / "m.json")
     doc = json.loads((tmp_path / "m.json").read_text())
-    values = np.concatenate([g["values"] for g in doc["private"]["grids"]])
-    assert values.size > 0 and not np.any(np.isclose(values, np.round(values), atol=1e-9))
+    values = np.concatenate([g["values"] for g in doc["private"]["grids"]] + [[doc["private"]["size"]["value"]]])
+    assert values.size > 0 and not np.any(np.isclose(values, np.round(values), rtol=0.0, atol=1e-9))
     assert set(doc["private"]["grids"][0]) == {"features", "bins", "epsilon", "keys", "values"}
     assert "count" not in json.dumps(doc).lower()
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from monitor.dp import noise_source
+from monitor.dp import NoiseSource, noise_source
 from monitor.model import GridKNN
 from monitor.model._grid import NoisyGrid, cell_threshold
 
@@ -109,6 +109,54 @@ def test_sparse_simulation_matches_dense_distribution():
     # Kept positions of false cells are spread over the grid, not clustered at low indices.
     pos = np.concatenate([g.keys[~np.isin(g.keys, occupied)] for g in sparse])
     assert stats.kstest(pos / bins**3, "uniform").pvalue > 0.001
+
+
+class _RecordingSource(NoiseSource):
+    """A NoiseSource that remembers every Laplace value it returned (and with which centre)."""
+
+    def __init__(self, generator):
+        super().__init__(generator)
+        self.returned: dict[float, float] = {}
+
+    def laplace(self, scale, size=None, *, center=0.0):
+        out = super().laplace(scale, size, center=center)
+        centres = np.broadcast_to(np.asarray(center, dtype=float), np.shape(out))
+        self.returned.update(zip(np.atleast_1d(out).tolist(), np.atleast_1d(centres).tolist()))
+        return out
+
+
+@pytest.mark.parametrize("production", [False, True], ids=["seeded", "opendp"])
+@pytest.mark.parametrize("dense_max_cells", [1 << 16, 0], ids=["dense", "sparse"])
+def test_every_released_cell_value_comes_straight_from_the_sampler(dense_max_cells, production):
+    # The float-level leak: a value computed after the sampler (theta + |noise| in numpy)
+    # lies on another set of floats than the sampler's outputs, so a neighbour that puts
+    # the record's cell on the other path could never produce it. Every released value
+    # must be a value the sampler returned unchanged, centred on the cell's count (an
+    # occupied cell) or on the public theta (a simulated empty cell, sparse path only).
+    U = np.random.default_rng(3).uniform(0.2, 0.35, (400, 3))
+    bins, eps = 12, 0.5
+    theta = cell_threshold(bins**3, eps, 30.0)
+    src = _RecordingSource(None if production else np.random.default_rng(8))
+    g = NoisyGrid.fit(U, (0, 1, 2), bins, eps, theta, src, dense_max_cells=dense_max_cells)
+    occupied, counts = np.unique((np.minimum((U * bins).astype(int), bins - 1) * [144, 12, 1]).sum(axis=1),
+                                 return_counts=True)
+    true = dict(zip(occupied.tolist(), counts.astype(float).tolist()))
+    empty_kept = [k for k in g.keys.tolist() if k not in true]
+    assert empty_kept, "the test needs kept empty cells"
+    for key, v in zip(g.keys.tolist(), g.values.tolist()):
+        assert v in src.returned, f"cell {key}: value {v!r} was not returned by the sampler"
+        expected_centre = true.get(key, theta if dense_max_cells == 0 else 0.0)
+        assert src.returned[v] == expected_centre
+        assert v > theta
+
+
+def test_sparse_tail_values_follow_the_laplace_tail_in_production():
+    # OpenDP path: simulated empty cells carry theta + Exp(scale) values (memoryless tail).
+    from monitor.model._grid import _laplace_tail
+
+    v = _laplace_tail(noise_source(None), 2.0, 7.5, 3000)
+    assert v.size == 3000 and np.all(v > 7.5)
+    assert stats.kstest(v - 7.5, "expon", args=(0, 2.0)).pvalue > 0.001
 
 
 def test_preprocessing_uses_public_bounds_only():

@@ -1,22 +1,41 @@
-"""Default grid layout from public settings only: d, epsilon and a public seed.
+"""Default grid layout from public settings and a private size estimate only.
 
-Nothing here may look at the data: the layout is part of the mechanism, and choosing it
-from the data would leak (DESIGN 2.1). docs/model.md explains the rule and
-BENCHMARKS.md ("model") shows what each part is worth.
+Nothing here may look at the data itself: the layout is part of the mechanism, and
+choosing it from the data would leak (DESIGN 2.1). It depends on d, epsilon, the public
+seed and ``n``, a NOISY count of the reference records that ``GridKNN.fit`` releases first
+with a named share of the budget (SIZE_SHARE): the layout is then post-processing of a DP
+release and the model stays pure epsilon-DP. docs/model.md explains the rule and
+BENCHMARKS.md ("model") shows what it is worth.
 
-Two kinds of grids share the budget equally (epsilon / G each, G grids in all):
+The rule is noise-vs-count arithmetic. With G grids sharing epsilon, every cell gets
+Laplace noise of scale G / epsilon; a grid of C cells holds n / C records a cell on
+average. The layout keeps n / C >= RHO * G / epsilon (the average cell count at least
+RHO noise scales), i.e. C * G <= n * epsilon / RHO:
 
-- joint grids over GROUP_SIZE = 3 features (outliers in a combination of features),
-  coarse: at most MAX_CELLS = 125 cells (5 bins per axis);
-- marginal grids over 1 feature each (outliers within one feature's range), fine:
-  MARGINAL_BINS = 32 bins, on floor(MARGINALS_PER_EPSILON = 4 x min(epsilon, 1)) features spread
-  over the d.
+- two kinds of grids: joint grids over GROUP_SIZE = 3 features (outliers in a
+  combination of features) in windows covering each feature COVERAGE = 2 times (at most
+  MAX_GRIDS), and a one-feature grid for every feature (at most MAX_MARGINALS; outliers
+  within one feature's range, which need finer bins than a joint grid can afford);
+- as many of them as the arithmetic allows at the coarsest joint grid (MIN_BINS per
+  axis), joint grids first, but never fewer than MIN_GRIDS (fewer grids cover too few
+  features; measured, docs/model.md);
+- the finest bins the arithmetic allows: joint grids up to MAX_JOINT_CELLS cells (coarse:
+  they only say which combination of ranges a record is in), one-feature grids up to
+  MARGINAL_BINS bins (the resolution);
+- k = max(K_MIN, K_NOISE * G / epsilon, K_SQRT * sqrt(n)): at least exact kNN's k, at
+  least K_NOISE noise scales (noise alone does not reach it), and the classic
+  k ~ sqrt(n) of kNN on larger data.
 
->>> lay = default_layout(10, 1.0)
->>> lay.groups
-((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 1, 9), (2, 3, 4), (5, 6, 7), (0,), (2,), (5,), (8,))
->>> lay.bins, lay.k
-((5, 5, 5, 5, 5, 5, 32, 32, 32, 32), 10.0)
+Above EPSILON_CAP more budget only lowers the noise on the same layout, so accuracy cannot
+fall as the budget grows there.
+
+>>> lay = default_layout(10, 1.0, n=1000)
+>>> lay.groups[:3], len(lay.groups)
+(((0, 1, 2), (3, 4, 5), (6, 7, 8)), 17)
+>>> lay.bins[0], lay.bins[-1], round(lay.k, 1)  # 7 joint 3^3 + 10 one-feature grids of 32 bins
+(3, 32, 31.6)
+>>> [len(g) for g in default_layout(10, 1.0, n=60).groups]  # a tiny reference set: 3 coarse grids
+[3, 3, 3]
 """
 
 from __future__ import annotations
@@ -29,14 +48,17 @@ import numpy as np
 GROUP_SIZE = 3  # features per joint grid: 3 correlated features can share one
 COVERAGE = 2  # each feature in about this many joint grids ...
 MAX_GRIDS = 16  # ... but at most this many joint grids (scoring speed)
-MAX_CELLS = 125  # cells per joint grid at most (5 bins per axis in 3-D)
+MAX_MARGINALS = 16  # one-feature grids at most (scoring speed; spread over the features)
+MIN_GRIDS = 3  # never fewer grids (when d allows): measured on the smallest sets
 MIN_BINS = 3  # 2 bins cut each feature at the middle of its bounds: too crude
-CELLS_PER_EPSILON = 800  # the joint grids hold at most this many cells per unit of epsilon
+MAX_JOINT_CELLS = 27  # joint grids stay coarse (3 bins per axis in 3-D); resolution comes from ...
+MARGINAL_BINS = 32  # ... the one-feature grids, up to this many bins
+RHO = 1.0  # the average cell count is kept at least this many noise scales
 EPSILON_CAP = 1.0  # the layout is the same for every epsilon above this
-MARGINALS_PER_EPSILON = 4  # fine 1-feature grids per unit of epsilon (so 4 above the cap) ...
-MARGINAL_BINS = 32  # ... of this many bins
 K_NOISE = 1.0  # k in units of the per-cell noise scale G / epsilon ...
+K_SQRT = 1.0  # ... and at least sqrt(n) ...
 K_MIN = 5.0  # ... and at least exact kNN's k
+SIZE_SHARE = 0.05  # share of the fit's epsilon spent on the noisy reference size n
 LAYOUT_SEED = 0  # public seed of the feature draw when the joint grids cannot cover all features
 
 
@@ -103,45 +125,47 @@ def marginal_features(d: int, n: int) -> tuple[int, ...]:
     return tuple(sorted({round(i * d / n) for i in range(n)})) if n else ()
 
 
-def default_layout(d: int, epsilon: float, group_size: int | None = None, bins: int | None = None,
+def min_grids(d: int) -> int:
+    """The fewest grids the default rule gives for d features, whatever n and epsilon."""
+    return min(MIN_GRIDS, sum(_grid_counts(d, max(1, min(GROUP_SIZE, d)))))
+
+
+def _grid_counts(d: int, p: int) -> tuple[int, int]:
+    """Joint and one-feature grids the rule wants before the noise arithmetic cuts them."""
+    joint = min(MAX_GRIDS, math.ceil(COVERAGE * d / p)) if d > p else 1
+    return joint, (min(d, MAX_MARGINALS) if d > 1 else 0)
+
+
+def default_layout(d: int, epsilon: float, n: float, group_size: int | None = None, bins: int | None = None,
                    k: float | None = None, depth: int | None = None, n_grids: int | None = None,
                    marginals: int | None = None, seed: int | None = None) -> Layout:
-    """The grids, bins, k and search depth, from d, epsilon and the public seed only.
+    """The grids, bins, k and search depth from d, the grids' epsilon, the public seed and
+    ``n``, a differentially private estimate of the number of reference records.
 
     Explicit arguments override the rule: ``group_size``, ``bins`` and ``n_grids`` apply
     to the joint grids, ``marginals`` is the number of 1-feature grids (0 = none).
     """
     p = max(1, min(group_size if group_size is not None else GROUP_SIZE, d))
-    # Above the cap more epsilon only lowers the noise: the same layout, so the same
-    # model with less noise, and accuracy cannot fall as the budget grows.
     e = min(float(epsilon), EPSILON_CAP)
-    m_max = min(MAX_GRIDS, math.ceil(COVERAGE * d / p)) if d > p else 1
-    if bins is None:
-        b, m_auto = _bins_and_grids(d, p, e, m_max)
-    else:
-        b, m_auto = int(bins), max(1, min(m_max, math.floor(CELLS_PER_EPSILON * e / int(bins) ** p)))
-    m = n_grids if n_grids is not None else m_auto
-    groups = feature_groups(d, p, m, seed)
-    n_marg = (math.floor(MARGINALS_PER_EPSILON * e) if d > 1 else 0) if marginals is None else marginals
-    marg = tuple((f,) for f in marginal_features(d, n_marg))
-    g_total = len(groups) + len(marg)
-    kk = k if k is not None else max(K_MIN, K_NOISE * g_total / e)
+    n = max(float(n), 1.0)
+    mj_want, mm_want = _grid_counts(d, p)
+    if n_grids is not None:
+        mj_want = n_grids
+    if marginals is not None:
+        mm_want = min(marginals, d) if d > 1 else 0
+    want = mj_want + mm_want
+    fit = math.floor(n * e / (RHO * MIN_BINS**p))  # grids whose coarsest cells hold RHO noise scales
+    g = max(min(MIN_GRIDS, want), min(want, fit))
+    mj = mj_want if n_grids is not None else min(mj_want, g)
+    mm = mm_want if marginals is not None else max(0, min(mm_want, g - mj))
+    g = mj + mm
+    cells = n * e / (RHO * g)  # cells a grid may have
+    # A 1-feature joint grid (d = 1) is a one-feature grid and gets its resolution.
+    top = MARGINAL_BINS if p == 1 else math.floor(MAX_JOINT_CELLS ** (1.0 / p) + 1e-9)
+    b = int(bins) if bins is not None else max(MIN_BINS, min(top, math.floor(cells ** (1.0 / p) + 1e-9)))
+    bm = max(MIN_BINS, min(MARGINAL_BINS, math.floor(cells)))
+    groups = feature_groups(d, p, mj, seed)
+    marg = tuple((f,) for f in marginal_features(d, mm))
+    kk = k if k is not None else max(K_MIN, K_NOISE * g / e, K_SQRT * math.sqrt(n))
     dp = depth if depth is not None else (2 if p <= 4 else 1)
-    return Layout(groups + marg, (b,) * len(groups) + (MARGINAL_BINS,) * len(marg), float(kk), int(dp))
-
-
-def _bins_and_grids(d: int, p: int, epsilon: float, m_max: int) -> tuple[int, int]:
-    """Finest bins (at most MAX_CELLS cells a grid) at which the cell budget still covers every feature.
-
-    The joint grids may hold CELLS_PER_EPSILON * epsilon cells in all. Each of the G
-    grids is epsilon / G-DP, so its per-cell noise has scale G / epsilon: the budget
-    keeps the total noise mass over all cells bounded per unit of signal. Coverage first
-    (every feature in some grid), resolution second, then more grids up to m_max.
-    """
-    budget = CELLS_PER_EPSILON * epsilon
-    m_cover = min(m_max, math.ceil(d / p))
-    for b in range(max(MIN_BINS, math.floor(MAX_CELLS ** (1.0 / p) + 1e-9)), MIN_BINS - 1, -1):
-        m = min(m_max, math.floor(budget / b**p))
-        if m >= m_cover:
-            return b, m
-    return MIN_BINS, max(1, min(m_max, math.floor(budget / MIN_BINS**p)))
+    return Layout(groups + marg, (b,) * len(groups) + (bm,) * len(marg), float(kk), int(dp))

@@ -104,13 +104,14 @@ class NoisyGrid:
         keep = noisy > theta
         keys, values = occupied[keep], noisy[keep]
         # Empty cells above theta: Binomial(#empty, P(Lap > theta)) of them, uniform
-        # positions among the empty cells, values theta + Exp(scale) (Laplace tail).
+        # positions among the empty cells, values drawn by _laplace_tail (the same
+        # sampler as the dense path, so the same set of possible values).
         n_empty = n_cells - occupied.size
         tail_p = 0.5 * np.exp(-theta / scale)
         n_false = int(noise.generator.binomial(n_empty, tail_p))
         if n_false:
             fake = _uniform_empty_cells(n_cells, occupied, n_false, noise.generator)
-            fake_values = theta + np.abs(noise.laplace(scale, n_false))
+            fake_values = _laplace_tail(noise, scale, theta, n_false)
             keys = np.concatenate([keys, fake])
             values = np.concatenate([values, fake_values])
         order = np.argsort(keys)
@@ -236,6 +237,29 @@ def _l1_ball(p: int, budget: int):
 def _cells(U: np.ndarray, bins: int) -> np.ndarray:
     """Cell coordinates of points in [0, 1]^p; the value 1.0 falls in the last cell."""
     return np.minimum((U * bins).astype(np.int64), bins - 1)
+
+
+def _laplace_tail(noise: NoiseSource, scale: float, theta: float, n: int) -> np.ndarray:
+    """n noisy values of EMPTY cells conditioned on exceeding theta, exactly as the dense path draws them.
+
+    Drawn as ``noise.laplace(scale, center=theta)`` and kept when > theta (rejection, about
+    2 draws per value). Why this is exact, not just close: OpenDP's float Laplace adds
+    discrete Laplace noise on the lattice 2^-1074 Z to the centre (every float, theta
+    included, lies on it) and rounds the sum to a float, monotonically. An empty cell of
+    the dense path releases round(2^-1074 W), W ~ DLap; one of the sparse path releases
+    round(2^-1074 (t + Z)), t = theta / 2^-1074, Z ~ DLap. Both are kept exactly when the
+    lattice point is at least the same w0 > t, and the discrete Laplace tail is memoryless
+    (P(W = w | W >= w0) is proportional to exp(-w 2^-1074 / scale) in both), so the
+    kept values have the same distribution over the same floats. The previous
+    ``theta + |Laplace|`` summed two floats in numpy: values on another lattice than
+    the dense path's, which a neighbour without the record could not produce. The
+    seeded (test) path is numpy's continuous Laplace, for which the same holds.
+    """
+    out = np.empty(0)
+    while out.size < n:
+        draw = np.asarray(noise.laplace(scale, 2 * (n - out.size) + 8, center=theta))
+        out = np.concatenate([out, draw[draw > theta]])
+    return out[:n]
 
 
 def _uniform_empty_cells(n_cells: int, occupied: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:

@@ -90,7 +90,9 @@ def run_fit(args: argparse.Namespace) -> int:
     joint = sum(len(g) > 1 for g in model.groups_)
     print(f"wrote {out}: {len(model.grids_)} grids ({joint} joint, {len(model.grids_) - joint} one-feature) "
           f"over {len(cfg.feature_names)} features, epsilon={model.epsilon_spent_:g} (pure DP), threshold={thr}; "
-          f"{X.shape[0]} reference rows read (the file holds no raw count: the reference data may be deleted)")
+          f"{X.shape[0]} reference rows read (the file holds no raw count: the reference data may be deleted); "
+          f"layout chosen from a noisy row count of {model.n_estimate_:.0f} (epsilon {model.size_epsilon_:g} of the "
+          f"{model.epsilon_spent_:g})")
     fits_left = int(left // ms.epsilon + 1e-9) if ms.epsilon > 0 else 0
     print(f"reference budget: spent {spent:.4g} of {cfg.budget.reference_epsilon:.4g} "
           f"(budget.reference_epsilon), {left:.4g} left: {fits_left} more fit(s) at model.epsilon={ms.epsilon:g}; "

@@ -1,11 +1,13 @@
 """The model file: versioned, checksummed JSON that is safe to publish.
 
-Layout (format version 2)::
+Layout (format version 3)::
 
-    {"format": "dp-grid-knn", "version": 2, "sha256": "<hex of the canonical private part>",
+    {"format": "dp-grid-knn", "version": 3, "sha256": "<hex of the canonical private part>",
      "private": {"features": [{"name": ..., "min": ..., "max": ...}, ...],
                  "privacy": {"epsilon": ..., "delta": 0.0, "mechanism": "laplace_grid",
                              "composition": "basic", "unit": "one reference record (add/remove)"},
+                 "size": {"value": <noisy number of reference records>, "epsilon": ...,
+                          "mechanism": "laplace_global"},
                  "layout": {"rule": ..., "group_size", "n_grids", "marginals", "bins"},
                  "grids": [{"features": [0, 1, 2], "bins": 5, "epsilon": ..., "keys": [...],
                             "values": [...]}, ...]},
@@ -13,16 +15,19 @@ Layout (format version 2)::
                  "contamination": float or null}}
 
 ``keys`` are flat cell indices (row-major over the grid's features) and ``values`` their
-NOISY masses above the public keep-threshold; no raw count is ever written. The per-grid
-epsilons add up to ``privacy.epsilon`` (basic composition); the loader checks it.
+NOISY masses above the public keep-threshold; no raw count is ever written. ``size`` is
+the noisy record count the layout was chosen from (null in a re-saved version 2 model). The
+per-grid epsilons and the size's epsilon add up to ``privacy.epsilon`` (basic
+composition); the loader checks it.
 
 The checksum is sha256 over ``json.dumps(private, sort_keys=True, separators=(",", ":"))``:
 it guards the private release. ``scoring`` is post-processing of that release, free in
 privacy, so it is outside the checksum and may be edited (a new threshold needs no refit):
 ``threshold`` wins over ``contamination``; with neither the model flags nothing.
 
-Version 1 files (one checksum over everything, disjoint feature groups) still load; their
-threshold is converted to the version 2 score unit (cells instead of the unit cube).
+Version 2 files (layout from d and epsilon only, no size estimate) load unchanged; version 1
+files (one checksum over everything, disjoint feature groups) still load, their threshold
+converted to the version 2 score unit (cells instead of the unit cube).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ __all__ = ["ModelFileError", "FORMAT", "VERSION", "save_model", "load_model", "c
            "set_file_threshold", "apply_config_threshold", "load_configured"]
 
 FORMAT = "dp-grid-knn"
-VERSION = 2
+VERSION = 3
 
 
 class ModelFileError(MonitorError):
@@ -61,7 +66,10 @@ def _private_part(model) -> dict:
                      for n, (lo, hi) in zip(model.feature_names_, model.bounds_)],
         "privacy": {"epsilon": model.epsilon_spent_, "delta": 0.0, "mechanism": "laplace_grid",
                     "composition": "basic", "unit": "one reference record (add/remove)"},
-        "layout": {"rule": "joint+marginal grids, monitor 2 (docs/model.md)", "group_size": model.group_size,
+        "size": None if getattr(model, "n_estimate_", None) is None else {
+            "value": model.n_estimate_, "epsilon": model.size_epsilon_, "mechanism": "laplace_global"},
+        "layout": {"rule": "joint+marginal grids sized by the noisy size, monitor 3 (docs/model.md)",
+                   "group_size": model.group_size,
                    "n_grids": model.n_grids, "marginals": model.marginals, "bins": model.bins},
         "grids": [{"features": list(g.features), "bins": g.bins, "epsilon": e, "keys": g.keys.tolist(),
                    "values": g.values.tolist()} for g, e in zip(model.grids_, model.grid_epsilons_)],
@@ -102,7 +110,7 @@ def set_file_threshold(path: str | os.PathLike, threshold: float | None = None,
     except ValueError as err:
         raise ModelFileError(f"cannot set the threshold of {path}: {err}") from None
     doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in (2, VERSION):
         raise ModelFileError(f"model file {path} has format version {doc.get('version')!r}: refit it with "
                              f"`monitor fit` to get version {VERSION}, whose threshold can be changed")
     doc["scoring"] = _scoring_part(model)
@@ -129,9 +137,9 @@ def load_model(path: str | os.PathLike):
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFileError(f"{path} is not a grid-kNN model file (missing format {FORMAT!r})")
     version = doc.get("version")
-    if version not in (1, VERSION):
+    if version not in (1, 2, VERSION):
         raise ModelFileError(f"model file {path} has format version {version!r}; this monitor reads "
-                             f"versions 1 and {VERSION}: refit it with `monitor fit`")
+                             f"versions 1 to {VERSION}: refit it with `monitor fit`")
     private = doc.get("content" if version == 1 else "private")
     if not isinstance(private, dict) or not isinstance(doc.get("sha256"), str):
         raise ModelFileError(f"model file {path} is malformed: missing {'content' if version == 1 else 'private'} "
@@ -149,7 +157,7 @@ def load_model(path: str | os.PathLike):
         scoring = doc.get("scoring")
         if not isinstance(scoring, dict):
             raise ValueError("missing scoring section")
-        return _build(private, scoring, GridKNN, NoisyGrid)
+        return _build(private, scoring, GridKNN, NoisyGrid, version)
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise ModelFileError(f"model file {path} is malformed: {err}") from None
 
@@ -162,7 +170,7 @@ def _features_and_privacy(c: dict[str, Any]):
     return names, bounds, c["privacy"]
 
 
-def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, NoisyGrid):
+def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, NoisyGrid, version: int):
     names, bounds, priv = _features_and_privacy(c)
     lay = c["layout"]
     k, depth, weighted = float(scoring["k"]), scoring["max_depth"], scoring["weighted"]
@@ -175,9 +183,16 @@ def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, NoisyGrid):
         raise ValueError("feature names must be distinct")
     grids = _grids(c["grids"], len(names), NoisyGrid)
     eps_list = [float(g["epsilon"]) for g in c["grids"]]
-    if not math.isclose(math.fsum(eps_list), m.epsilon, rel_tol=1e-9) or min(eps_list) <= 0:
-        raise ValueError("the grids' epsilons must be positive and add up to privacy.epsilon (basic composition)")
-    return _finish(m, names, bounds, grids, eps_list, k, depth, scoring.get("threshold"), scoring.get("contamination"))
+    size = c["size"] if version >= 3 else None  # a version 3 file must say it, even as null
+    size_eps = 0.0 if size is None else float(size["epsilon"])
+    if (not math.isclose(math.fsum(eps_list) + size_eps, m.epsilon, rel_tol=1e-9) or min(eps_list) <= 0
+            or size_eps < 0):
+        raise ValueError("the grids' epsilons and the size's epsilon must be positive and add up to "
+                         "privacy.epsilon (basic composition)")
+    m = _finish(m, names, bounds, grids, eps_list, k, depth, scoring.get("threshold"), scoring.get("contamination"))
+    if size is not None:
+        m.n_estimate_, m.size_epsilon_ = float(size["value"]), size_eps
+    return m
 
 
 def _build_v1(c: dict[str, Any], GridKNN, NoisyGrid):
