@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from monitor.errors import MonitorError
-from monitor.outliers._geometry import BallPacking, degrees, degrees_and_edges, scaled
+from monitor.outliers._geometry import SPLIT_MIN_DIM, BallPacking, degrees, degrees_and_pairs, scaled
 
 __all__ = [
     "ParameterError",
@@ -187,8 +187,12 @@ def _smooth(X, k, r, beta, subspace):
     beta = beta - _BETA_MARGIN  # see _BETA_MARGIN: float rounding stays inside the margin
     horizon = _horizon(n, beta, floor)
     cap = k + horizon + 1
-    # Beyond 1-D one search within 2r gives the degrees and most of the packing graph.
-    deg, hint = degrees_and_edges(Y, r, cap) if Y.shape[1] > 1 else (degrees(Y, r, cap), None)
+    if Y.shape[1] >= SPLIT_MIN_DIM:
+        # High dimensions: one (split) search within 2r gives the degrees and the edges.
+        deg, listed, ea, eb = degrees_and_pairs(Y, r, cap)
+        ea, eb = listed[ea], listed[eb]
+    else:
+        deg, ea, eb = degrees(Y, r, cap), None, None
     q = int(np.count_nonzero(deg < k))
     # Entry time of each row into the bands: in P_hi(t) iff t >= |deg - k|, in P_lo(t)
     # iff t >= |deg - k + 1|. Rows at the cap never enter before the horizon.
@@ -209,10 +213,29 @@ def _smooth(X, k, r, beta, subspace):
                 # only when a larger t must be evaluated.
                 reach = min(horizon, max(t, 2 * packing[1], math.ceil(3.0 / beta)))
                 rows = np.flatnonzero(tau <= reach)
-                known = None if hint is None else hint.subset(rows)
-                packing[:] = [(BallPacking(Y[rows], r, known), tau_hi[rows], tau_lo[rows]), reach]
-            pk, th, tl = packing[0]
-            cache[t] = max(pk.count(th <= t), pk.count(tl <= t))
+                edges = None
+                if ea is not None:  # rows in a band were all listed (their degree < cap)
+                    local = np.full(n, -1, dtype=np.int64)
+                    local[rows] = np.arange(rows.size)
+                    la, lb = local[ea], local[eb]
+                    keep = (la >= 0) & (lb >= 0)
+                    edges = (la[keep], lb[keep])
+                packing[:] = [(BallPacking(Y[rows], r, edges), tau_hi[rows], tau_lo[rows], {}), reach]
+            pk, th, tl, seen = packing[0]
+            # P_hi(t') and P_lo(t') are inside both bands at t for every t' < t (and hold
+            # them for t' > t), and F is monotone: the values found below and above t
+            # bracket the degeneracy search. Equal row sets (full bands) are computed once.
+            below = max((u for u in cache if u < t), default=None)
+            above = min((u for u in cache if u > t), default=None)
+            floor_f = 0 if below is None else cache[below]
+            ceil_f = None if above is None else cache[above]
+            values = []
+            for mask in (th <= t, tl <= t):
+                key = mask.tobytes()
+                if key not in seen:
+                    seen[key] = pk.count(mask, floor_f, ceil_f)
+                values.append(seen[key])
+            cache[t] = max(values)
         return cache[t]
 
     def value(t: int) -> float:
