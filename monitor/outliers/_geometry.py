@@ -90,7 +90,7 @@ def degrees(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
         return out
     # Low dimensions: few rows are left after the grid shortcut and building the tree is
     # most of the work; the sliding-midpoint build is about twice as fast.
-    fast = dict(leafsize=32, balanced_tree=False, compact_nodes=False) if d <= _GRID_MAX_DIM else {}
+    fast = dict(leafsize=32, balanced_tree=False, compact_nodes=False) if d <= GRID_MAX_DIM else {}
     out[todo] = _neighbour_counts(cKDTree(Y, **fast), Y, todo, r, r2, cap)
     return out
 
@@ -98,7 +98,7 @@ def degrees(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
 def _not_dense(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
     """Rows whose degree the shortcuts could not show to be >= cap."""
     n, d = Y.shape
-    if d <= _GRID_MAX_DIM:
+    if d <= GRID_MAX_DIM:
         return np.flatnonzero(_block_counts(Y, r) <= cap)
     todo = np.arange(n)
     if n > _PIVOTS or (cap > 16 and n > cap):  # worth it for large caps (the smooth bound)
@@ -227,7 +227,7 @@ def _block_counts(Y: np.ndarray, r: float) -> np.ndarray:
     return total[inverse.ravel()]
 
 
-_GRID_MAX_DIM = 3
+GRID_MAX_DIM = 3
 # Pivots for the dense-region shortcut: enough to cover clusters, few enough to be cheap.
 _PIVOTS = 2000
 
@@ -256,8 +256,8 @@ def close_pairs(P: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray
         halves = [(np.ascontiguousarray(P[:, :h]), reach / math.sqrt(2)), (np.ascontiguousarray(P[:, h:]), reach / math.sqrt(2))]
     a, b, d2 = [], [], []
     for Q, radius in halves:
-        pairs = cKDTree(Q, leafsize=_LEAF).query_pairs(radius, output_type="ndarray").astype(np.int64).reshape(-1, 2)
-        pa, pb = np.minimum(pairs[:, 0], pairs[:, 1]), np.maximum(pairs[:, 0], pairs[:, 1])
+        pairs = cKDTree(Q, leafsize=_PAIR_LEAF).query_pairs(radius, output_type="ndarray").reshape(-1, 2)
+        pa, pb = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)  # pa < pb
         dist = sq_dist(P[pa], P[pb])
         ok = dist <= threshold
         a.append(pa[ok]), b.append(pb[ok]), d2.append(dist[ok])
@@ -272,8 +272,8 @@ def degrees_and_pairs(Y: np.ndarray, r: float, cap: int) -> tuple[np.ndarray, np
     """:func:`degrees` and the packing graph's edges among the rows not shown dense, from
     one pair search within 2r: (deg, rows, a, b) with edges (rows[a], rows[b]).
 
-    For high dimensions, where a kd-tree search within r costs about as much as the split
-    search within 2r (:func:`close_pairs`), this saves the separate degree search. The
+    Where the rows left after the dense shortcut are about the rows the smooth bound's
+    bands need (beyond GRID_MAX_DIM), this saves a separate degree search. The
     degree of a listed row counts its pairs within r (the count's predicate on the same
     sq_dist) and the rows shown dense within r of it; every other row has degree >= cap.
     """
@@ -294,7 +294,7 @@ def degrees_and_pairs(Y: np.ndarray, r: float, cap: int) -> tuple[np.ndarray, np
 # Dimension from which the pair search splits the columns (measured on diffuse 100,000-row
 # windows, bench_core --cost: at 10-D the split search is 2-3x faster, below 8-D slower).
 SPLIT_MIN_DIM = 8
-_LEAF = 32
+_PAIR_LEAF = 16
 
 
 class BallPacking:
@@ -313,13 +313,14 @@ class BallPacking:
             return
         # ``edges``: the edge predicate's pairs among P, when a search already found them.
         self.a, self.b = edges if edges is not None else close_pairs(P, EDGE_FACTOR * (4 * r * r))[:2]
+        self._seen: list[tuple[np.ndarray, int]] = []  # (mask, F) of the subsets evaluated
 
-    def count(self, mask: np.ndarray, at_least: int = 0, at_most: int | None = None) -> int:
+    def count(self, mask: np.ndarray) -> int:
         """F of the rows selected by the boolean ``mask``.
 
-        ``at_least`` / ``at_most`` are values of F already known for a subset / superset
-        of these rows (F is monotone): they only shorten the search, never change the
-        result.
+        Beyond 1-D the values already found for other masks S bracket the search: F is
+        monotone and 1-Lipschitz, so F(S) - |S minus M| <= F(M) <= F(S) + |M minus S|.
+        The brackets only shorten the degeneracy search, never change its result.
         """
         m = int(np.count_nonzero(mask))
         if m <= 1:
@@ -333,8 +334,14 @@ class BallPacking:
         keep = mask[self.a] & mask[self.b]
         if not keep.any():
             return 1
-        hi = None if at_most is None else at_most - 1
-        return _degeneracy(self.n, self.a[keep], self.b[keep], max(at_least - 1, 1), hi) + 1
+        lo, hi = 2, None  # F = degeneracy + 1 >= 2 once there is an edge
+        for seen, f in self._seen:
+            lo = max(lo, f - int(np.count_nonzero(seen & ~mask)))
+            up = f + int(np.count_nonzero(mask & ~seen))
+            hi = up if hi is None else min(hi, up)
+        f = _degeneracy(self.n, self.a[keep], self.b[keep], lo - 1, None if hi is None else hi - 1) + 1
+        self._seen.append((mask.copy(), f))
+        return f
 
 
 def _degeneracy(n: int, a: np.ndarray, b: np.ndarray, lo: int = 1, hi: int | None = None) -> int:
@@ -345,9 +352,12 @@ def _degeneracy(n: int, a: np.ndarray, b: np.ndarray, lo: int = 1, hi: int | Non
     from the last non-empty core found, and peeling drops the edges it removes: the
     graphs tested shrink as the search climbs.
     """
+    if hi is not None and lo >= hi:
+        return lo
     a, b = _core(n, a, b, lo)
-    if hi is None:
-        hi = int((np.bincount(a, minlength=n) + np.bincount(b, minlength=n)).max())
+    # A c-core's vertices have degree >= c inside it, so c <= the largest degree.
+    top = int((np.bincount(a, minlength=n) + np.bincount(b, minlength=n)).max())
+    hi = top if hi is None else min(hi, top)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         ma, mb = _core(n, a, b, mid)

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from monitor.errors import MonitorError
-from monitor.outliers._geometry import SPLIT_MIN_DIM, BallPacking, degrees, degrees_and_pairs, scaled
+from monitor.outliers._geometry import GRID_MAX_DIM, BallPacking, degrees, degrees_and_pairs, scaled
 
 __all__ = [
     "ParameterError",
@@ -187,8 +187,9 @@ def _smooth(X, k, r, beta, subspace):
     beta = beta - _BETA_MARGIN  # see _BETA_MARGIN: float rounding stays inside the margin
     horizon = _horizon(n, beta, floor)
     cap = k + horizon + 1
-    if Y.shape[1] >= SPLIT_MIN_DIM:
-        # High dimensions: one (split) search within 2r gives the degrees and the edges.
+    if Y.shape[1] > GRID_MAX_DIM:
+        # Beyond the grid shortcut's dimensions the rows left after the dense shortcut are
+        # about the rows the bands need: one search within 2r gives their degrees and edges.
         deg, listed, ea, eb = degrees_and_pairs(Y, r, cap)
         ea, eb = listed[ea], listed[eb]
     else:
@@ -220,21 +221,9 @@ def _smooth(X, k, r, beta, subspace):
                     la, lb = local[ea], local[eb]
                     keep = (la >= 0) & (lb >= 0)
                     edges = (la[keep], lb[keep])
-                packing[:] = [(BallPacking(Y[rows], r, edges), tau_hi[rows], tau_lo[rows], {}), reach]
-            pk, th, tl, seen = packing[0]
-            # P_hi(t') and P_lo(t') are inside both bands at t for every t' < t (and hold
-            # them for t' > t), and F is monotone: the values found below and above t
-            # bracket the degeneracy search. Equal row sets (full bands) are computed once.
-            below = max((u for u in cache if u < t), default=None)
-            above = min((u for u in cache if u > t), default=None)
-            floor_f = 0 if below is None else cache[below]
-            ceil_f = None if above is None else cache[above]
-            values = []
-            for mask in (th <= t, tl <= t):
-                key = mask.tobytes()
-                if key not in seen:
-                    seen[key] = pk.count(mask, floor_f, ceil_f)
-                values.append(seen[key])
+                packing[:] = [(BallPacking(Y[rows], r, edges), tau_hi[rows], tau_lo[rows]), reach]
+            pk, th, tl = packing[0]
+            values = [pk.count(th <= t), pk.count(tl <= t)]
             cache[t] = max(values)
         return cache[t]
 
