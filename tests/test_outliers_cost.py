@@ -163,3 +163,24 @@ def test_large_windows_give_the_bound_of_the_plain_search():
             best = max(best, math.exp(-beta * t) * (f + t + 1))
             t += 1
         assert smooth_sensitivity(X, k, r, beta) == pytest.approx(best, rel=1e-9)
+
+
+def test_top_subspace_counts_equal_the_two_calls_and_count_each_candidate_once(monkeypatch):
+    import monitor.outliers.mechanisms as mechanisms
+    import monitor.outliers.subspaces as subspaces
+    from monitor.outliers import private_count, private_top_subspace_counts, private_top_subspaces
+
+    rng = np.random.default_rng(4)
+    X = np.vstack([0.5 + 0.01 * rng.random((400, 4)), rng.random((30, 4))])
+    cands = [(0,), (1,), (2,), (3,), (0, 1), (2, 3), (0, 1, 2)]
+    for seed in range(5):
+        src = np.random.default_rng(seed)
+        chosen = private_top_subspaces(X, 3, 0.05, 3, 1.0, cands, rng=src)
+        expected = [(c, private_count(X, 3, 0.05, 0.5, 1e-6, subspace=c, rng=src)) for c in chosen]
+        assert private_top_subspace_counts(X, 3, 0.05, 3, 1.0, 0.5, 1e-6, cands, rng=np.random.default_rng(seed)) == expected
+    calls = []
+    real = subspaces.count_outliers
+    monkeypatch.setattr(subspaces, "count_outliers", lambda *a, **kw: calls.append(a[3]) or real(*a, **kw))
+    monkeypatch.setattr(mechanisms, "count_outliers", lambda *a, **kw: calls.append(a[3]) or real(*a, **kw))
+    private_top_subspace_counts(X, 3, 0.05, 3, 1.0, 0.5, 1e-6, cands[:6], rng=0)  # all global (<= 2-D)
+    assert sorted(calls) == sorted(cands[:6])
