@@ -313,15 +313,40 @@ class BallPacking:
             return
         # ``edges``: the edge predicate's pairs among P, when a search already found them.
         self.a, self.b = edges if edges is not None else close_pairs(P, EDGE_FACTOR * (4 * r * r))[:2]
-        self._seen: list[tuple[np.ndarray, int]] = []  # (mask, F) of the subsets evaluated
+        self._seen: list[tuple[np.ndarray, int, int | None]] = []  # (mask, lo, hi): lo <= F(mask) <= hi
 
     def count(self, mask: np.ndarray) -> int:
         """F of the rows selected by the boolean ``mask``.
 
-        Beyond 1-D the values already found for other masks S bracket the search: F is
+        Beyond 1-D what is already known about other masks S brackets the search: F is
         monotone and 1-Lipschitz, so F(S) - |S minus M| <= F(M) <= F(S) + |M minus S|.
         The brackets only shorten the degeneracy search, never change its result.
         """
+        small = self._small(mask)
+        if small is not None:
+            return small
+        keep, lo, hi = self._bracket(mask)
+        f = _degeneracy(self.n, self.a[keep], self.b[keep], lo - 1, None if hi is None else hi - 1) + 1
+        self._seen.append((mask.copy(), f, f))
+        return f
+
+    def at_most(self, mask: np.ndarray, f: int) -> bool:
+        """Whether F of the rows selected by ``mask`` is <= f (one peel instead of a search)."""
+        small = self._small(mask)
+        if small is not None:
+            return small <= f
+        keep, lo, hi = self._bracket(mask)
+        if hi is not None and hi <= f:
+            return True
+        if lo > f:
+            return False
+        # F <= f iff the degeneracy is <= f - 1 iff the f-core is empty.
+        empty = _core(self.n, self.a[keep], self.b[keep], f)[0].size == 0
+        self._seen.append((mask.copy(), lo, f) if empty else (mask.copy(), f + 1, hi))
+        return empty
+
+    def _small(self, mask: np.ndarray) -> int | None:
+        """F where it needs no graph search (at most one row, 1-D, or no edge), else None."""
         m = int(np.count_nonzero(mask))
         if m <= 1:
             return m
@@ -331,17 +356,20 @@ class BallPacking:
             t2 = EDGE_FACTOR * (4 * self.r * self.r)
             end = _run_end(v, v, t2, np.searchsorted(v, v + 2 * self.r, side="right"), upward=True)
             return int(np.max(end - start))
-        keep = mask[self.a] & mask[self.b]
-        if not keep.any():
+        if not (mask[self.a] & mask[self.b]).any():
             return 1
+        return None
+
+    def _bracket(self, mask: np.ndarray):
+        """(edges kept by the mask, lo, hi) with lo <= F(mask) <= hi (hi None: unknown)."""
+        keep = mask[self.a] & mask[self.b]
         lo, hi = 2, None  # F = degeneracy + 1 >= 2 once there is an edge
-        for seen, f in self._seen:
-            lo = max(lo, f - int(np.count_nonzero(seen & ~mask)))
-            up = f + int(np.count_nonzero(mask & ~seen))
-            hi = up if hi is None else min(hi, up)
-        f = _degeneracy(self.n, self.a[keep], self.b[keep], lo - 1, None if hi is None else hi - 1) + 1
-        self._seen.append((mask.copy(), f))
-        return f
+        for seen, f_lo, f_hi in self._seen:
+            lo = max(lo, f_lo - int(np.count_nonzero(seen & ~mask)))
+            if f_hi is not None:
+                up = f_hi + int(np.count_nonzero(mask & ~seen))
+                hi = up if hi is None else min(hi, up)
+        return keep, lo, hi
 
 
 def _degeneracy(n: int, a: np.ndarray, b: np.ndarray, lo: int = 1, hi: int | None = None) -> int:

@@ -204,36 +204,56 @@ def _smooth(X, k, r, beta, subspace):
     size_hi = np.cumsum(np.bincount(tau_hi[live], minlength=horizon + 2))
     size_lo = np.cumsum(np.bincount(tau_lo[live], minlength=horizon + 2))
     tau = np.minimum(tau_hi, tau_lo)
-    cache: dict[int, int] = {}
+    cache: dict[int, int] = {}  # t -> an upper bound on G(t) (G(t) itself where evaluated)
+    exact: dict[int, int] = {}
     packing: list = [None, -1]  # (BallPacking over rows with tau <= reach, reach)
 
+    def bands(t: int):
+        if t > packing[1]:
+            # Most of the search stays below a few 1/beta; grow the shared geometry
+            # only when a larger t must be evaluated.
+            reach = min(horizon, max(t, 2 * packing[1], math.ceil(3.0 / beta)))
+            rows = np.flatnonzero(tau <= reach)
+            edges = None
+            if ea is not None:  # rows in a band were all listed (their degree < cap)
+                local = np.full(n, -1, dtype=np.int64)
+                local[rows] = np.arange(rows.size)
+                la, lb = local[ea], local[eb]
+                keep = (la >= 0) & (lb >= 0)
+                edges = (la[keep], lb[keep])
+            packing[:] = [(BallPacking(Y[rows], r, edges), tau_hi[rows], tau_lo[rows]), reach]
+        pk, th, tl = packing[0]
+        return pk, th <= t, tl <= t
+
     def G(t: int) -> int:
-        if t not in cache:
-            if t > packing[1]:
-                # Most of the search stays below a few 1/beta; grow the shared geometry
-                # only when a larger t must be evaluated.
-                reach = min(horizon, max(t, 2 * packing[1], math.ceil(3.0 / beta)))
-                rows = np.flatnonzero(tau <= reach)
-                edges = None
-                if ea is not None:  # rows in a band were all listed (their degree < cap)
-                    local = np.full(n, -1, dtype=np.int64)
-                    local[rows] = np.arange(rows.size)
-                    la, lb = local[ea], local[eb]
-                    keep = (la >= 0) & (lb >= 0)
-                    edges = (la[keep], lb[keep])
-                packing[:] = [(BallPacking(Y[rows], r, edges), tau_hi[rows], tau_lo[rows]), reach]
-            pk, th, tl = packing[0]
-            values = [pk.count(th <= t), pk.count(tl <= t)]
-            cache[t] = max(values)
-        return cache[t]
+        if t not in exact:
+            pk, hi, lo = bands(t)
+            cache[t] = exact[t] = max(pk.count(hi), pk.count(lo))
+        return exact[t]
+
+    def dominated(t: int, best: float) -> bool:
+        """Whether value(t) <= best, shown by F <= f on both bands for the largest such f
+        (the same float expression as value), without finding F itself."""
+        f = math.floor(best * math.exp(beta * t)) - t
+        while f >= 0 and math.exp(-beta * t) * (f + t + 1) > best:
+            f -= 1
+        if f < 0:
+            return False
+        pk, hi, lo = bands(t)
+        if pk.at_most(hi, f) and pk.at_most(lo, f):
+            cache[t] = f  # an upper bound on G(t): enough for the pruning bounds
+            return True
+        return False
 
     def value(t: int) -> float:
         return math.exp(-beta * t) * (G(t) + t + 1)
 
     # Branch and bound over t in [0, horizon]. G is non-decreasing and, being
     # 1-Lipschitz in the set, grows by at most the number of rows entering the bands,
-    # so exact values at a few t bound it everywhere; evaluate the most promising t
-    # until no unevaluated t can beat the best value found.
+    # so upper bounds on G at a few t (exact values, or thresholds shown by dominated)
+    # bound it everywhere; settle the most promising t until no unsettled t can beat the
+    # best value found. Every t is evaluated, shown to be at most best, or bounded below
+    # best, so best is the maximum over all t.
     ts = np.arange(horizon + 1)
     decay = np.exp(-beta * ts)
     best = max(floor, value(0))
@@ -251,5 +271,8 @@ def _smooth(X, k, r, beta, subspace):
         t_next = int(np.argmax(bound))
         if bound[t_next] <= best:
             break
-        best = max(best, value(t_next))
+        # Most promising t whose term cannot reach the best value are settled by one
+        # threshold test; the others are evaluated.
+        if not dominated(t_next, best):
+            best = max(best, value(t_next))
     return q, float(best)
