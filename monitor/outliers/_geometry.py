@@ -103,7 +103,8 @@ def _not_dense(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
     todo = np.arange(n)
     if n > _PIVOTS or (cap > 16 and n > cap):  # worth it for large caps (the smooth bound)
         safe = r / 2 * (1 - 1e-6)
-        pivots = Y[:: max(1, n // _PIVOTS)]
+        # Small windows need fewer pivots: a dense region holds more than cap rows.
+        pivots = Y[:: max(1, n // min(_PIVOTS, max(_PIVOTS_SMALL, n // 8)))]
         tree = cKDTree(Y)
         dense = pivots[tree.query_ball_point(pivots, safe, return_length=True) > cap]
         if len(dense):
@@ -230,6 +231,7 @@ def _block_counts(Y: np.ndarray, r: float) -> np.ndarray:
 GRID_MAX_DIM = 3
 # Pivots for the dense-region shortcut: enough to cover clusters, few enough to be cheap.
 _PIVOTS = 2000
+_PIVOTS_SMALL = 256
 
 
 def close_pairs(P: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
