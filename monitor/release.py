@@ -31,7 +31,7 @@ from monitor.alarm import AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeA
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import laplace_count, noise_source
 from monitor.features import scale_to_unit
-from monitor.outliers import private_count, private_top_subspaces
+from monitor.outliers import private_count, private_top_subspace_counts
 from monitor.stream.windows import ClosedWindow
 
 __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
@@ -100,12 +100,11 @@ def release_report(
     top: list[dict] = []
     h = settings.top_h_for(d)
     if h:
-        chosen = private_top_subspaces(X, k, r, h, settings.epsilon_top, settings.subspace_dims, rng=src)
-        for rank, subspace in enumerate(chosen, start=1):
-            count = private_count(
-                X, k, r, settings.epsilon_top_count, settings.delta_top_count,
-                subspace=tuple(subspace), mechanism=mechanism, rng=src,
-            )
+        chosen = private_top_subspace_counts(
+            X, k, r, h, settings.epsilon_top, settings.epsilon_top_count, settings.delta_top_count,
+            settings.subspace_dims, mechanism=mechanism, rng=src,
+        )
+        for rank, (subspace, count) in enumerate(chosen, start=1):
             top.append({
                 "subspace": [int(i) for i in subspace],
                 "features": [feature_names[i] for i in subspace],

@@ -28,7 +28,7 @@ from monitor.outliers.sensitivity import (
     paper_global_sensitivity_lower_bound,
     smooth_sensitivity,
 )
-from monitor.outliers.subspaces import candidate_subspaces, private_top_subspaces
+from monitor.outliers.subspaces import candidate_subspaces, private_top_subspace_counts, private_top_subspaces
 
 __all__ = [
     "count_outliers",
@@ -36,6 +36,7 @@ __all__ = [
     "private_count",
     "CountRelease",
     "private_top_subspaces",
+    "private_top_subspace_counts",
     "candidate_subspaces",
     "kissing_number_bound",
     "global_sensitivity_bound",

@@ -75,28 +75,36 @@ def degrees(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     if d == 1:
-        v = np.sort(Y[:, 0])
-        x = Y[:, 0]
-        lo = _run_end(v, x, r2, np.searchsorted(v, x - r, side="left"), upward=False)
-        hi = _run_end(v, x, r2, np.searchsorted(v, x + r, side="right"), upward=True)
-        return np.minimum(hi - lo - 1, cap)
+        # Rows taken in sorted order: the searches then walk the array once (searchsorted
+        # with sorted needles), several times faster than in the rows' own order.
+        order = np.argsort(Y[:, 0])
+        v = Y[order, 0]
+        lo = _run_end(v, v, r2, np.searchsorted(v, v - r, side="left"), upward=False)
+        hi = _run_end(v, v, r2, np.searchsorted(v, v + r, side="right"), upward=True)
+        out = np.empty(n, dtype=np.int64)
+        out[order] = np.minimum(hi - lo - 1, cap)
+        return out
     out = np.full(n, cap, dtype=np.int64)
     todo = _not_dense(Y, r, cap)
     if todo.size == 0:
         return out
-    out[todo] = _neighbour_counts(cKDTree(Y), Y, todo, r, r2, cap)
+    # Low dimensions: few rows are left after the grid shortcut and building the tree is
+    # most of the work; the sliding-midpoint build is about twice as fast.
+    fast = dict(leafsize=32, balanced_tree=False, compact_nodes=False) if d <= GRID_MAX_DIM else {}
+    out[todo] = _neighbour_counts(cKDTree(Y, **fast), Y, todo, r, r2, cap)
     return out
 
 
 def _not_dense(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
     """Rows whose degree the shortcuts could not show to be >= cap."""
     n, d = Y.shape
-    if d <= _GRID_MAX_DIM:
+    if d <= GRID_MAX_DIM:
         return np.flatnonzero(_block_counts(Y, r) <= cap)
     todo = np.arange(n)
     if n > _PIVOTS or (cap > 16 and n > cap):  # worth it for large caps (the smooth bound)
         safe = r / 2 * (1 - 1e-6)
-        pivots = Y[:: max(1, n // _PIVOTS)]
+        # Small windows need fewer pivots: a dense region holds more than cap rows.
+        pivots = Y[:: max(1, n // min(_PIVOTS, max(_PIVOTS_SMALL, n // 8)))]
         tree = cKDTree(Y)
         dense = pivots[tree.query_ball_point(pivots, safe, return_length=True) > cap]
         if len(dense):
@@ -106,39 +114,45 @@ def _not_dense(Y: np.ndarray, r: float, cap: int) -> np.ndarray:
 
 
 def _neighbour_counts(tree: cKDTree, Y: np.ndarray, rows: np.ndarray, r: float, r2: float, cap: int) -> np.ndarray:
-    """min(#{y : sq_dist(x, y) <= r2} - 1, cap) for the given rows (the tree proposes)."""
-    if rows.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    slots = min(cap, _KNN_MAX_CAP) + 1
-    counts = np.empty(rows.size, dtype=np.int64)
-    full = np.zeros(rows.size, dtype=bool)
-    for start in range(0, rows.size, _CHUNK):  # bounded memory: _CHUNK x slots candidates
-        part = rows[start:start + _CHUNK]
-        dist, idx = tree.query(Y[part], k=slots, distance_upper_bound=r * _CANDIDATE)
-        dist, idx = dist.reshape(part.size, slots), idx.reshape(part.size, slots)
-        found = np.isfinite(dist)
-        ok = found.copy()
-        ok[found] = sq_dist(Y[np.repeat(part, slots)[found.ravel()]], Y[idx[found]]) <= r2
-        counts[start:start + part.size] = np.count_nonzero(ok, axis=1) - 1
-        full[start:start + part.size] = found[:, -1] & ~ok.all(axis=1) | found[:, -1] & (slots <= cap)
-    # A full row of candidates says nothing about the rows beyond the slots, unless all
-    # passed and the cap is reached: count those rows in full.
-    redo = np.flatnonzero(full)
-    if redo.size:
-        counts[redo] = _ball_counts(tree, Y, rows[redo], r, r2)
+    """min(#{y : sq_dist(x, y) <= r2} - 1, cap) for the given rows (the tree proposes).
+
+    A few nearest candidates settle most rows (sparse neighbourhoods are the common
+    case); only rows whose slots all filled are asked again with more slots, then in full.
+    """
+    counts = np.zeros(rows.size, dtype=np.int64)
+    todo = np.arange(rows.size)
+    for most in _KNN_SLOTS:
+        if todo.size == 0:
+            break
+        slots = min(cap, most) + 1
+        full = np.zeros(todo.size, dtype=bool)
+        for start in range(0, todo.size, _CHUNK):  # bounded memory: _CHUNK x slots candidates
+            part = rows[todo[start:start + _CHUNK]]
+            dist, idx = tree.query(Y[part], k=slots, distance_upper_bound=r * _CANDIDATE)
+            dist, idx = dist.reshape(part.size, slots), idx.reshape(part.size, slots)
+            found = np.isfinite(dist)
+            ok = found.copy()
+            ok[found] = sq_dist(Y[np.repeat(part, slots)[found.ravel()]], Y[idx[found]]) <= r2
+            counts[todo[start:start + part.size]] = np.count_nonzero(ok, axis=1) - 1
+            # A full row of candidates says nothing about the rows beyond the slots,
+            # unless all passed and the cap is reached.
+            full[start:start + part.size] = found[:, -1] & ~ok.all(axis=1) | found[:, -1] & (slots <= cap)
+        todo = todo[full]
+    if todo.size:
+        counts[todo] = _ball_counts(tree, Y[rows[todo]], r, r2) - 1
     return np.minimum(counts, cap)
 
 
-def _ball_counts(tree: cKDTree, Y: np.ndarray, rows: np.ndarray, r: float, r2: float) -> np.ndarray:
-    """#{y : sq_dist(x, y) <= r2} - 1 for the given rows. Pairs inside r (1 - 4e-9) by
-    the tree's distance pass the predicate and pairs beyond r (1 + 4e-9) fail it, so only
-    rows with a pair in between need their candidates checked one by one."""
-    hi = tree.query_ball_point(Y[rows], r * _CANDIDATE, return_length=True)
-    lo = tree.query_ball_point(Y[rows], r * (2 - _CANDIDATE), return_length=True)
-    out = hi - 1
+def _ball_counts(tree: cKDTree, Q: np.ndarray, r: float, r2: float) -> np.ndarray:
+    """#{y in the tree : sq_dist(x, y) <= r2} for each row x of Q. Pairs inside
+    r (1 - 4e-9) by the tree's distance pass the predicate and pairs beyond r (1 + 4e-9)
+    fail it, so only rows with a pair in between need their candidates checked one by one."""
+    hi = tree.query_ball_point(Q, r * _CANDIDATE, return_length=True)
+    lo = tree.query_ball_point(Q, r * (2 - _CANDIDATE), return_length=True)
+    out = np.asarray(hi, dtype=np.int64).copy()
     for i in np.flatnonzero(lo != hi):
-        cand = np.asarray(tree.query_ball_point(Y[rows[i]], r * _CANDIDATE), dtype=np.int64)
-        out[i] = np.count_nonzero(sq_dist(Y[cand], Y[rows[i]][None, :]) <= r2) - 1
+        cand = np.asarray(tree.query_ball_point(Q[i], r * _CANDIDATE), dtype=np.int64)
+        out[i] = np.count_nonzero(sq_dist(tree.data[cand], Q[i][None, :]) <= r2)
     return out
 
 
@@ -172,7 +186,7 @@ def _run_end(v: np.ndarray, x: np.ndarray, r2: float, guess: np.ndarray, upward:
         pos = new
 
 
-_KNN_MAX_CAP = 64
+_KNN_SLOTS = (8, 64)
 _CHUNK = 50_000
 
 
@@ -187,13 +201,23 @@ def _block_counts(Y: np.ndarray, r: float) -> np.ndarray:
     """
     n, d = Y.shape
     side = r / (2 * math.sqrt(d)) * (1 - 1e-6)
-    low = Y.min(0)
-    extent = (Y.max(0) - low) / side
+    # Column by column: numpy's axis-0 reductions over a few columns are ~30x slower.
+    low = np.array([Y[:, j].min() for j in range(d)])
+    extent = (np.array([Y[:, j].max() for j in range(d)]) - low) / side
     if not np.all(extent < 1e9) or np.prod(extent + 3) > 2.0**62:
         return np.zeros(n, dtype=np.int64)
     cells = np.floor((Y - low) / side).astype(np.int64) + 1
-    dims = tuple(int(m) + 2 for m in cells.max(0))
+    dims = tuple(int(cells[:, j].max()) + 2 for j in range(d))
     keys = np.ravel_multi_index(cells.T, dims)
+    if math.prod(dims) <= max(4 * n, 2**16):
+        # Small grids: a dense array of cell counts and its 3^d box sums by shifted slices
+        # (the padding cells around the occupied range are empty, so edges need no care).
+        grid = np.bincount(keys, minlength=math.prod(dims)).reshape(dims)
+        box = np.zeros_like(grid)
+        core = tuple(slice(1, m - 1) for m in dims)
+        for offset in itertools.product((-1, 0, 1), repeat=d):
+            box[core] += grid[tuple(slice(1 + o, m - 1 + o) for o, m in zip(offset, dims))]
+        return box.ravel()[keys]
     uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
     total = np.zeros(uniq.size, dtype=np.int64)
     ucells = np.stack(np.unravel_index(uniq, dims))
@@ -204,100 +228,77 @@ def _block_counts(Y: np.ndarray, r: float) -> np.ndarray:
     return total[inverse.ravel()]
 
 
-_GRID_MAX_DIM = 3
+GRID_MAX_DIM = 3
 # Pivots for the dense-region shortcut: enough to cover clusters, few enough to be cheap.
 _PIVOTS = 2000
+_PIVOTS_SMALL = 256
 
 
-def edge_pairs(P: np.ndarray, r: float, known: "EdgeHint | None" = None) -> tuple[np.ndarray, np.ndarray]:
-    """All pairs (a < b) of rows of P joined by the edge predicate.
+def close_pairs(P: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a, b, sq_dist) of all pairs a < b of rows of P with ``sq_dist(P[a], P[b]) <= threshold``.
 
-    ``known`` (from :func:`degrees_and_edges` on a superset) gives the whole candidate
-    lists of some rows; only the other rows are searched.
+    The kd-tree only proposes candidates; the predicate decides each one. Beyond
+    ``SPLIT_MIN_DIM`` dimensions a ball search at the full radius prunes badly (most of
+    the tree is visited), so the columns are split into two halves A and B: a pair within
+    R has d_A^2 + d_B^2 <= R^2, so min(d_A, d_B) <= R / sqrt(2), and the pairs within
+    R / sqrt(2) of either half, each found in a kd-tree of half the dimension, hold every
+    pair within R. Float margin: a pair passing the predicate is within sqrt(threshold)
+    (1 + 1e-15 d) in reals, so some half is within sqrt(threshold / 2) (1 + 1e-15 d) in
+    reals and within that times (1 + 1e-15 d) by the tree's own arithmetic, inside the
+    query radius (factor _CANDIDATE = 1 + 4e-9).
     """
-    n = P.shape[0]
+    n, d = P.shape
     if n < 2:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    reach = 2 * r * _CANDIDATE
-    if known is None:
-        tree = cKDTree(P, leafsize=_LEAF)
-        rows, cols, full = _candidates(tree, P, np.arange(n), reach)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    reach = math.sqrt(threshold) * _CANDIDATE
+    if d < SPLIT_MIN_DIM:
+        halves = [(P, reach)]
     else:
-        rows, cols, full = known.rows, known.cols, np.flatnonzero(~known.complete)
-        tree = cKDTree(P, leafsize=_LEAF) if full.size else None
-    if full.size:
-        lists = tree.query_ball_point(P[full], reach)
-        lengths = np.fromiter((len(x) for x in lists), np.int64, full.size)
-        rows = np.concatenate([rows, np.repeat(full, lengths)])
-        cols = np.concatenate([cols, np.fromiter(itertools.chain.from_iterable(lists), np.int64, int(lengths.sum()))])
-    # Each pair is proposed from both ends (each end's list is whole); keep it once.
-    keep = rows < cols
-    rows, cols = rows[keep], cols[keep]
-    if rows.size:
-        ok = sq_dist(P[rows], P[cols]) <= EDGE_FACTOR * (4 * r * r)
-        rows, cols = rows[ok], cols[ok]
-    key = np.unique(rows * n + cols)
-    return key // n, key % n
+        h = d // 2
+        halves = [(np.ascontiguousarray(P[:, :h]), reach / math.sqrt(2)), (np.ascontiguousarray(P[:, h:]), reach / math.sqrt(2))]
+    a, b, d2 = [], [], []
+    for Q, radius in halves:
+        pairs = cKDTree(Q, leafsize=_PAIR_LEAF).query_pairs(radius, output_type="ndarray").reshape(-1, 2)
+        pa, pb = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)  # pa < pb
+        dist = sq_dist(P[pa], P[pb])
+        ok = dist <= threshold
+        a.append(pa[ok]), b.append(pb[ok]), d2.append(dist[ok])
+    a, b, d2 = np.concatenate(a), np.concatenate(b), np.concatenate(d2)
+    if len(halves) > 1:  # a pair close in both halves was proposed twice
+        _, first = np.unique(a * n + b, return_index=True)
+        a, b, d2 = a[first], b[first], d2[first]
+    return a, b, d2
 
 
-def _candidates(tree: cKDTree, Y: np.ndarray, rows: np.ndarray, reach: float):
-    """(row, col) candidates within ``reach`` of each of ``rows``, found with a few nearest
-    neighbours (sparse neighbourhoods are the common case), and the rows whose slots all
-    filled, so that their lists may be incomplete."""
-    slots = min(tree.n, _EDGE_SLOTS)
-    dist, idx = tree.query(Y[rows], k=slots, distance_upper_bound=reach)
-    dist, idx = dist.reshape(rows.size, slots), idx.reshape(rows.size, slots)
-    found = np.isfinite(dist)
-    complete = ~found[:, -1] | (slots == tree.n)
-    sel = found & complete[:, None]
-    return np.broadcast_to(rows[:, None], sel.shape)[sel], idx[sel], rows[~complete]
+def degrees_and_pairs(Y: np.ndarray, r: float, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`degrees` and the packing graph's edges among the rows not shown dense, from
+    one pair search within 2r: (deg, rows, a, b) with edges (rows[a], rows[b]).
 
-
-class EdgeHint:
-    """Whole candidate lists (within 2r, then the edge predicate) of the rows of a window
-    whose neighbourhood was small, restricted to a subset with :meth:`subset`."""
-
-    def __init__(self, n: int, complete: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
-        self.n, self.complete, self.rows, self.cols = n, complete, rows, cols
-
-    def subset(self, take: np.ndarray) -> "EdgeHint":
-        local = np.full(self.n, -1, dtype=np.int64)
-        local[take] = np.arange(take.size)
-        a, b = local[self.rows], local[self.cols]
-        keep = (a >= 0) & (b >= 0)
-        return EdgeHint(take.size, self.complete[take], a[keep], b[keep])
-
-
-def degrees_and_edges(Y: np.ndarray, r: float, cap: int) -> tuple[np.ndarray, EdgeHint]:
-    """:func:`degrees` and, from the same search, the edge candidates of the sparse rows.
-
-    One query within 2r gives both the degree (the count's predicate on the list) and the
-    packing graph's candidates of every row with a small 2r-neighbourhood; the others get
-    their degree from the usual search. Same values as :func:`degrees` and
-    :func:`edge_pairs`, computed once.
+    Where the rows left after the dense shortcut are about the rows the smooth bound's
+    bands need (beyond GRID_MAX_DIM), this saves a separate degree search. The
+    degree of a listed row counts its pairs within r (the count's predicate on the same
+    sq_dist) and the rows shown dense within r of it; every other row has degree >= cap.
     """
     n = Y.shape[0]
     r2 = r * r
     out = np.full(n, cap, dtype=np.int64)
-    complete = np.zeros(n, dtype=bool)
-    empty = np.zeros(0, np.int64)
-    todo = _not_dense(Y, r, cap) if n else empty
-    if todo.size == 0:
-        return out, EdgeHint(n, complete, empty, empty)
-    tree = cKDTree(Y, leafsize=_LEAF)
-    rows, cols, full = _candidates(tree, Y, todo, 2 * r * _CANDIDATE)
-    d2 = sq_dist(Y[rows], Y[cols])
+    rows = _not_dense(Y, r, cap) if n else np.zeros(0, np.int64)
+    a, b, d2 = close_pairs(Y[rows], EDGE_FACTOR * (4 * r2))
     near = d2 <= r2
-    whole = np.setdiff1d(todo, full, assume_unique=True)
-    complete[whole] = True
-    out[whole] = np.minimum(np.bincount(rows[near], minlength=n)[whole] - 1, cap)
-    out[full] = _neighbour_counts(tree, Y, full, r, r2, cap)
-    edge = d2 <= EDGE_FACTOR * (4 * r * r)
-    return out, EdgeHint(n, complete, rows[edge], cols[edge])
+    counts = np.bincount(a[near], minlength=rows.size) + np.bincount(b[near], minlength=rows.size)
+    dense = np.setdiff1d(np.arange(n), rows, assume_unique=True)
+    if dense.size and rows.size:
+        counts += _ball_counts(cKDTree(Y[dense]), Y[rows], r, r2)
+    out[rows] = np.minimum(counts, cap)
+    return out, rows, a, b
 
 
-_LEAF = 32
-_EDGE_SLOTS = 8
+# Dimension from which the pair search splits the columns (measured on diffuse 100,000-row
+# windows, bench_core --cost: at 10-D the split search is 2-3x faster, below 8-D slower).
+SPLIT_MIN_DIM = 8
+_PAIR_LEAF = 16
+
+
 class BallPacking:
     """F evaluated on many subsets of one point set (the nested bands of the smooth bound).
 
@@ -305,17 +306,49 @@ class BallPacking:
     subset costs one masked pass instead of a new search.
     """
 
-    def __init__(self, P: np.ndarray, r: float, known: EdgeHint | None = None) -> None:
+    def __init__(self, P: np.ndarray, r: float, edges: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         self.n, self.d = P.shape
         self.r = r
         if self.d == 1:
             self.order = np.argsort(P[:, 0], kind="stable")
             self.values = P[self.order, 0]
             return
-        self.a, self.b = edge_pairs(P, r, known)
+        # ``edges``: the edge predicate's pairs among P, when a search already found them.
+        self.a, self.b = edges if edges is not None else close_pairs(P, EDGE_FACTOR * (4 * r * r))[:2]
+        self._seen: list[tuple[np.ndarray, int, int | None]] = []  # (mask, lo, hi): lo <= F(mask) <= hi
 
     def count(self, mask: np.ndarray) -> int:
-        """F of the rows selected by the boolean ``mask``."""
+        """F of the rows selected by the boolean ``mask``.
+
+        Beyond 1-D what is already known about other masks S brackets the search: F is
+        monotone and 1-Lipschitz, so F(S) - |S minus M| <= F(M) <= F(S) + |M minus S|.
+        The brackets only shorten the degeneracy search, never change its result.
+        """
+        small = self._small(mask)
+        if small is not None:
+            return small
+        keep, lo, hi = self._bracket(mask)
+        f = _degeneracy(self.n, self.a[keep], self.b[keep], lo - 1, None if hi is None else hi - 1) + 1
+        self._seen.append((mask.copy(), f, f))
+        return f
+
+    def at_most(self, mask: np.ndarray, f: int) -> bool:
+        """Whether F of the rows selected by ``mask`` is <= f (one peel instead of a search)."""
+        small = self._small(mask)
+        if small is not None:
+            return small <= f
+        keep, lo, hi = self._bracket(mask)
+        if hi is not None and hi <= f:
+            return True
+        if lo > f:
+            return False
+        # F <= f iff the degeneracy is <= f - 1 iff the f-core is empty.
+        empty = _core(self.n, self.a[keep], self.b[keep], f)[0].size == 0
+        self._seen.append((mask.copy(), lo, f) if empty else (mask.copy(), f + 1, hi))
+        return empty
+
+    def _small(self, mask: np.ndarray) -> int | None:
+        """F where it needs no graph search (at most one row, 1-D, or no edge), else None."""
         m = int(np.count_nonzero(mask))
         if m <= 1:
             return m
@@ -325,31 +358,53 @@ class BallPacking:
             t2 = EDGE_FACTOR * (4 * self.r * self.r)
             end = _run_end(v, v, t2, np.searchsorted(v, v + 2 * self.r, side="right"), upward=True)
             return int(np.max(end - start))
-        keep = mask[self.a] & mask[self.b]
-        if not keep.any():
+        if not (mask[self.a] & mask[self.b]).any():
             return 1
-        return _degeneracy(self.n, self.a[keep], self.b[keep]) + 1
+        return None
+
+    def _bracket(self, mask: np.ndarray):
+        """(edges kept by the mask, lo, hi) with lo <= F(mask) <= hi (hi None: unknown)."""
+        keep = mask[self.a] & mask[self.b]
+        lo, hi = 2, None  # F = degeneracy + 1 >= 2 once there is an edge
+        for seen, f_lo, f_hi in self._seen:
+            lo = max(lo, f_lo - int(np.count_nonzero(seen & ~mask)))
+            if f_hi is not None:
+                up = f_hi + int(np.count_nonzero(mask & ~seen))
+                hi = up if hi is None else min(hi, up)
+        return keep, lo, hi
 
 
-def _degeneracy(n: int, a: np.ndarray, b: np.ndarray) -> int:
-    """Largest c such that the graph with edges (a, b) has a non-empty c-core."""
-    full = np.bincount(a, minlength=n) + np.bincount(b, minlength=n)
+def _degeneracy(n: int, a: np.ndarray, b: np.ndarray, lo: int = 1, hi: int | None = None) -> int:
+    """Largest c such that the graph with edges (a, b) (at least one) has a non-empty
+    c-core, given lo <= c (and c <= hi when given).
 
-    def has_core(c: int) -> bool:
-        alive = full >= c
-        while True:
-            keep = alive[a] & alive[b]
-            deg = np.bincount(a[keep], minlength=n) + np.bincount(b[keep], minlength=n)
-            nxt = alive & (deg >= c)
-            if nxt.sum() == alive.sum():
-                return bool(alive.any())
-            alive = nxt
-
-    lo, hi = 0, int(full.max())  # has_core(0) always holds
+    Binary search on c. Each c-core is inside the cores of smaller c, so a test continues
+    from the last non-empty core found, and peeling drops the edges it removes: the
+    graphs tested shrink as the search climbs.
+    """
+    if hi is not None and lo >= hi:
+        return lo
+    a, b = _core(n, a, b, lo)
+    # A c-core's vertices have degree >= c inside it, so c <= the largest degree.
+    top = int((np.bincount(a, minlength=n) + np.bincount(b, minlength=n)).max())
+    hi = top if hi is None else min(hi, top)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if has_core(mid):
-            lo = mid
+        ma, mb = _core(n, a, b, mid)
+        if ma.size:
+            lo, a, b = mid, ma, mb
         else:
             hi = mid - 1
     return lo
+
+
+def _core(n: int, a: np.ndarray, b: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The edges of the c-core of the graph with edges (a, b) (empty if it has none)."""
+    while a.size:
+        deg = np.bincount(a, minlength=n) + np.bincount(b, minlength=n)
+        inside = deg >= c
+        keep = inside[a] & inside[b]
+        if keep.all():
+            break
+        a, b = a[keep], b[keep]
+    return a, b

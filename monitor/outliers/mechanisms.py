@@ -252,6 +252,12 @@ def private_count(
     >>> rel.mechanism, rel.delta
     ('laplace_global', 0.0)
     """
+    return _private_count(X, k, r, epsilon, delta, subspace, mechanism, rng)
+
+
+def _private_count(X, k, r, epsilon, delta, subspace, mechanism, rng, known_count: int | None = None) -> CountRelease:
+    """:func:`private_count`; ``known_count``, the exact count of this window and subspace
+    when the caller has it already, saves recounting it for the global mechanism."""
     _check_eps_delta(mechanism, epsilon, delta)
     X = np.asarray(X, dtype=float)
     dim = X.shape[1] if subspace is None else len(tuple(subspace))
@@ -260,7 +266,7 @@ def private_count(
     source = noise_source(rng)
     sub = None if subspace is None else tuple(int(i) for i in subspace)
     if mechanism == "global":
-        q = count_outliers(X, k, r, sub)
+        q = count_outliers(X, k, r, sub) if known_count is None else int(known_count)
         scale = global_sensitivity_bound(k, dim) / epsilon
         value = source.laplace(scale, center=float(q))
         return CountRelease(_snap(value, _POST_GRID), float(epsilon), 0.0, "laplace_global", sub)

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from monitor.errors import MonitorError
-from monitor.outliers._geometry import BallPacking, degrees, degrees_and_edges, scaled
+from monitor.outliers._geometry import GRID_MAX_DIM, BallPacking, degrees, degrees_and_pairs, scaled
 
 __all__ = [
     "ParameterError",
@@ -187,8 +187,13 @@ def _smooth(X, k, r, beta, subspace):
     beta = beta - _BETA_MARGIN  # see _BETA_MARGIN: float rounding stays inside the margin
     horizon = _horizon(n, beta, floor)
     cap = k + horizon + 1
-    # Beyond 1-D one search within 2r gives the degrees and most of the packing graph.
-    deg, hint = degrees_and_edges(Y, r, cap) if Y.shape[1] > 1 else (degrees(Y, r, cap), None)
+    if Y.shape[1] > GRID_MAX_DIM:
+        # Beyond the grid shortcut's dimensions the rows left after the dense shortcut are
+        # about the rows the bands need: one search within 2r gives their degrees and edges.
+        deg, listed, ea, eb = degrees_and_pairs(Y, r, cap)
+        ea, eb = listed[ea], listed[eb]
+    else:
+        deg, ea, eb = degrees(Y, r, cap), None, None
     q = int(np.count_nonzero(deg < k))
     # Entry time of each row into the bands: in P_hi(t) iff t >= |deg - k|, in P_lo(t)
     # iff t >= |deg - k + 1|. Rows at the cap never enter before the horizon.
@@ -199,29 +204,56 @@ def _smooth(X, k, r, beta, subspace):
     size_hi = np.cumsum(np.bincount(tau_hi[live], minlength=horizon + 2))
     size_lo = np.cumsum(np.bincount(tau_lo[live], minlength=horizon + 2))
     tau = np.minimum(tau_hi, tau_lo)
-    cache: dict[int, int] = {}
+    cache: dict[int, int] = {}  # t -> an upper bound on G(t) (G(t) itself where evaluated)
+    exact: dict[int, int] = {}
     packing: list = [None, -1]  # (BallPacking over rows with tau <= reach, reach)
 
+    def bands(t: int):
+        if t > packing[1]:
+            # Most of the search stays below a few 1/beta; grow the shared geometry
+            # only when a larger t must be evaluated.
+            reach = min(horizon, max(t, 2 * packing[1], math.ceil(3.0 / beta)))
+            rows = np.flatnonzero(tau <= reach)
+            edges = None
+            if ea is not None:  # rows in a band were all listed (their degree < cap)
+                local = np.full(n, -1, dtype=np.int64)
+                local[rows] = np.arange(rows.size)
+                la, lb = local[ea], local[eb]
+                keep = (la >= 0) & (lb >= 0)
+                edges = (la[keep], lb[keep])
+            packing[:] = [(BallPacking(Y[rows], r, edges), tau_hi[rows], tau_lo[rows]), reach]
+        pk, th, tl = packing[0]
+        return pk, th <= t, tl <= t
+
     def G(t: int) -> int:
-        if t not in cache:
-            if t > packing[1]:
-                # Most of the search stays below a few 1/beta; grow the shared geometry
-                # only when a larger t must be evaluated.
-                reach = min(horizon, max(t, 2 * packing[1], math.ceil(3.0 / beta)))
-                rows = np.flatnonzero(tau <= reach)
-                known = None if hint is None else hint.subset(rows)
-                packing[:] = [(BallPacking(Y[rows], r, known), tau_hi[rows], tau_lo[rows]), reach]
-            pk, th, tl = packing[0]
-            cache[t] = max(pk.count(th <= t), pk.count(tl <= t))
-        return cache[t]
+        if t not in exact:
+            pk, hi, lo = bands(t)
+            cache[t] = exact[t] = max(pk.count(hi), pk.count(lo))
+        return exact[t]
+
+    def dominated(t: int, best: float) -> bool:
+        """Whether value(t) <= best, shown by F <= f on both bands for the largest such f
+        (the same float expression as value), without finding F itself."""
+        f = math.floor(best * math.exp(beta * t)) - t
+        while f >= 0 and math.exp(-beta * t) * (f + t + 1) > best:
+            f -= 1
+        if f < 0:
+            return False
+        pk, hi, lo = bands(t)
+        if pk.at_most(hi, f) and pk.at_most(lo, f):
+            cache[t] = f  # an upper bound on G(t): enough for the pruning bounds
+            return True
+        return False
 
     def value(t: int) -> float:
         return math.exp(-beta * t) * (G(t) + t + 1)
 
     # Branch and bound over t in [0, horizon]. G is non-decreasing and, being
     # 1-Lipschitz in the set, grows by at most the number of rows entering the bands,
-    # so exact values at a few t bound it everywhere; evaluate the most promising t
-    # until no unevaluated t can beat the best value found.
+    # so upper bounds on G at a few t (exact values, or thresholds shown by dominated)
+    # bound it everywhere; settle the most promising t until no unsettled t can beat the
+    # best value found. Every t is evaluated, shown to be at most best, or bounded below
+    # best, so best is the maximum over all t.
     ts = np.arange(horizon + 1)
     decay = np.exp(-beta * ts)
     best = max(floor, value(0))
@@ -239,5 +271,8 @@ def _smooth(X, k, r, beta, subspace):
         t_next = int(np.argmax(bound))
         if bound[t_next] <= best:
             break
-        best = max(best, value(t_next))
+        # Most promising t whose term cannot reach the best value are settled by one
+        # threshold test; the others are evaluated.
+        if not dominated(t_next, best):
+            best = max(best, value(t_next))
     return q, float(best)
