@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import orjson
 import yaml
 
 from monitor.config import parse_config
@@ -86,12 +87,12 @@ def _rates(n: int, first: tuple[float, float], last: tuple[float, float]) -> tup
     return n / (last[0] - first[0]), n / (last[1] - first[1])
 
 
-def bare_consumer_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
-    """A bare kafka-python consumer that json-decodes each record (the issue's yardstick)."""
+def bare_consumer_rate(bootstrap: str, topic: str, n: int, loads=json.loads) -> tuple[float, float]:
+    """A bare kafka-python consumer that json-decodes each record (the issue's yardstick:
+    ``json.loads``; ``orjson.loads`` for the row that shows the client's own ceiling)."""
     consumer = make_consumer(bootstrap, f"bare-{time.time_ns()}", GROUP)
     consumer.subscribe([topic])
     seen, first = 0, None
-    loads = json.loads
     while seen < n:
         for records in consumer.poll(timeout_ms=500).values():
             if first is None:
@@ -294,9 +295,10 @@ def main() -> None:
         # order the next round, so a drift of the machine's load favours neither side.
         readers = {"bare": lambda: bare_consumer_rate(bs, topic, args.events),
                    "service": lambda: _service_rate(bs, tmp, topic, args.events)}
-        if args.confluent:
-            readers["ck_bare"] = lambda: bare_confluent_rate(bs, topic, args.events)
+        if args.confluent:  # in this order, each ratio below is between neighbours
             readers["ck_service"] = lambda: _service_rate(bs, tmp, topic, args.events, backend="confluent")
+            readers["ck_bare"] = lambda: bare_confluent_rate(bs, topic, args.events)
+        readers["bare_orjson"] = lambda: bare_consumer_rate(bs, topic, args.events, loads=orjson.loads)
         rates: dict[str, list[float]] = {name: [] for name in readers}  # per wall-clock second
         cpu: dict[str, list[float]] = {name: [] for name in readers}  # per CPU second
         for r in range(args.rounds):
@@ -354,6 +356,8 @@ def main() -> None:
         row("monitor service (kafka-python; `monitor run`'s both stages in one process): validate, score "
             "(grid-kNN), one event per entity per window, window", "service"),
         ratio_row("ratio service / bare", "service", "bare"),
+        row("(for comparison) bare `KafkaConsumer`, `orjson.loads` per record", "bare_orjson"),
+        ratio_row("(for comparison) ratio service / bare with orjson", "service", "bare_orjson"),
     ]
     if args.confluent:
         lines += [
