@@ -211,18 +211,19 @@ def release_latencies(bootstrap: str, tmp: Path, per_window: int, windows: int, 
     return service.release_latencies[1:], sizes[1:], cfg.report.top_h
 
 
-_CAUGHT_UP = re.compile(r"^(\S+ \S+) INFO monitor.stream: stage 1: partition (\d+) caught up \((\d+) records in ([\d.]+) s\)")
+_CAUGHT_UP = re.compile(r"stage 1: partition (\d+) caught up \((\d+) records in ([\d.]+) s\)")
 
 
 def process_scaling(bootstrap: str, tmp: Path, topic: str, n: int, processes: int) -> float:
     """``processes`` separate `monitor run --stage 1` processes reading the topic's backlog.
 
     Rate = n / (span from the first record to the last catch-up over the final read of
-    each partition), from the processes' own logs (join and interpreter start excluded).
+    each partition): each process logs when a partition is caught up and how long its
+    records took since the first one (join and interpreter start excluded); the bench
+    notes when each line arrives (the log's own times have whole seconds only).
     """
     import subprocess
     import sys
-    from datetime import datetime
 
     group = f"scale{processes}-{time.time_ns()}"
     d = tmp / group
@@ -235,27 +236,31 @@ def process_scaling(bootstrap: str, tmp: Path, topic: str, n: int, processes: in
         "stream": {"input_topic": topic, "group_id": group, "kafka": GROUP, "entity_field": "patient"},
     }
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    logs = [d / f"p{i}.log" for i in range(processes)]
+    last: dict[int, tuple[float, int, float]] = {}  # partition -> (arrival of its last catch-up line, records, seconds)
+    lock = threading.Lock()
+
+    def follow(stream) -> None:
+        for raw in stream:
+            m = _CAUGHT_UP.search(raw.decode(errors="replace"))
+            if m:
+                with lock:
+                    last[int(m.group(1))] = (time.time(), int(m.group(2)), float(m.group(3)))
+
     procs = [subprocess.Popen([sys.executable, "-m", "monitor", "run", "--config", str(d / "config.yaml"), "--stage", "1",
-                               "--bootstrap-servers", bootstrap], stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"}) for log in logs]
+                               "--bootstrap-servers", bootstrap], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(processes)]
+    readers = [threading.Thread(target=follow, args=(p.stdout,), daemon=True) for p in procs]
+    for t in readers:
+        t.start()
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            last: dict[int, tuple[float, int, float]] = {}
-            for log in logs:
-                for line in log.read_text(errors="replace").splitlines():
-                    m = _CAUGHT_UP.match(line)
-                    if m:
-                        end = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-                        p = int(m.group(2))
-                        if p not in last or end > last[p][0]:
-                            last[p] = (end, int(m.group(3)), float(m.group(4)))
-            if sum(v[1] for v in last.values()) >= n:
-                break
-            time.sleep(0.5)
+            with lock:
+                if sum(v[1] for v in last.values()) >= n:
+                    break
+            time.sleep(0.2)
         else:
-            raise RuntimeError(f"{processes} processes did not catch up; logs in {d}")
+            raise RuntimeError(f"{processes} processes did not catch up")
     finally:
         for p in procs:
             p.terminate()
