@@ -40,7 +40,7 @@ import yaml
 
 from monitor.config import parse_config
 from monitor.stream.broker import EmbeddedBroker
-from monitor.stream.clients import make_consumer, make_producer
+from monitor.stream.clients import MAX_POLL_RECORDS, make_consumer, make_producer
 from monitor.stream.service import MonitorService
 
 FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}, {"name": "temp", "min": 34, "max": 42}]
@@ -106,16 +106,19 @@ def bare_consumer_rate(bootstrap: str, topic: str, n: int, loads=json.loads) -> 
 
 
 def bare_confluent_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
-    """A bare confluent-kafka consumer that json-decodes each record."""
+    """A bare confluent-kafka consumer that json-decodes each record, with the service's
+    librdkafka settings (``CONFLUENT_DEFAULTS``)."""
     from confluent_kafka import Consumer
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-ck-{time.time_ns()}", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "session.timeout.ms": 2000, "heartbeat.interval.ms": 500})
+    from monitor.stream.confluent_input import CONFLUENT_DEFAULTS
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-ck-{time.time_ns()}", **CONFLUENT_DEFAULTS,
+                  "session.timeout.ms": 2000, "heartbeat.interval.ms": 500})
     c.subscribe([topic])
     seen, first = 0, None
     loads = json.loads
     while seen < n:
-        msgs = c.consume(num_messages=2000, timeout=0.5)
+        msgs = c.consume(num_messages=MAX_POLL_RECORDS, timeout=0.5)
         if msgs and first is None:
             first = _clocks()
         for m in msgs:

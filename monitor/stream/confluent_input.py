@@ -28,7 +28,18 @@ from monitor.stream.clients import MAX_POLL_RECORDS
 
 log = logging.getLogger("monitor.stream")
 
-__all__ = ["ConfluentConsumer"]
+__all__ = ["ConfluentConsumer", "CONFLUENT_DEFAULTS"]
+
+# librdkafka settings of the input consumer, before stream.kafka's group timing and
+# stream.confluent. fetch.queue.backoff.ms: once a partition's local queue holds
+# queued.min.messages (100,000), librdkafka postpones its next fetch by this much,
+# 1,000 ms by default; stage 1 empties such a queue in well under a second and then
+# sat idle (measured on a backlog: 115k events/s with the default, 250k with 10 ms).
+CONFLUENT_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False, "auto.offset.reset": "earliest",
+    "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+    "fetch.queue.backoff.ms": 10,
+}
 
 # kafka-python names -> librdkafka names, for the keys the service sets itself.
 _FROM_KAFKA_PYTHON = {"session_timeout_ms": "session.timeout.ms", "heartbeat_interval_ms": "heartbeat.interval.ms",
@@ -84,8 +95,7 @@ class ConfluentConsumer:
             raise MonitorError('stream.input_backend is "confluent" but confluent-kafka is not installed: '
                                'pip install "dp-outlier-monitor[confluent]" (or confluent-kafka)') from None
         servers = bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
-        conf = {"bootstrap.servers": servers, "group.id": group_id, "enable.auto.commit": False,
-                "auto.offset.reset": "earliest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+        conf = {"bootstrap.servers": servers, "group.id": group_id, **CONFLUENT_DEFAULTS}
         conf.update({_FROM_KAFKA_PYTHON[k]: v for k, v in kafka_settings.items() if k in _FROM_KAFKA_PYTHON})
         conf.update(confluent_settings or {})
         self._c = Consumer(conf)
