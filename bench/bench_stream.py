@@ -385,7 +385,7 @@ def main() -> None:
             "",
             f"Stage-1 throughput by number of `monitor run --stage 1` processes (separate processes, one "
             f"consumer group, {args.partitions} input partitions, the same {args.events:,} events; span from "
-            "the first record to the last partition caught up, from the processes' logs; on this 2-core machine "
+            "the first record to the last partition caught up, from the processes' log lines as they arrive; on this 2-core machine "
             "shared with other jobs, more processes than cores cannot scale):",
             "",
             "| stage-1 processes | events/s | vs 1 process |",
