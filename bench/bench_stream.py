@@ -5,9 +5,12 @@ One run, one embedded broker, one topic:
 1. produce N JSON events (3 partitions) with event times in the current window;
 2. time a bare kafka-python ``KafkaConsumer`` reading the whole topic and json-decoding
    each record (same client settings as the service: ``monitor.stream.clients.client_settings``);
-3. time the service processing the whole topic (validate, score, window), alternating
-   with 2. for ``--rounds`` rounds (medians); with ``--confluent`` also a bare
-   confluent-kafka consumer and the service with ``stream.input_backend: confluent``;
+3. time the service processing the whole topic (validate, score, bound one event per
+   entity per window, window), alternating with 2. for ``--rounds`` rounds, the order of
+   the two swapped every round; with ``--confluent`` also a bare confluent-kafka consumer
+   and the service with ``stream.input_backend: confluent``. On a shared machine the
+   load drifts between runs, so the figure of merit is the median over rounds of the
+   ratio of the two runs of the same round (adjacent in time), with its spread;
 4. time 1, 2, 3 separate ``monitor run --stage 1`` processes on the same topic;
 5. run the service on live traffic with short windows and report the release latency
    (window close time -> alert acknowledged by the broker) per window.
@@ -15,7 +18,7 @@ One run, one embedded broker, one topic:
 Rates are counted from the first record received to the last, so the group join
 (seconds on Tansu) is left out of both.
 
-    python bench/bench_stream.py                          # 200k events, prints the tables
+    python bench/bench_stream.py                          # 300k events, 5 rounds, prints the tables
     python bench/bench_stream.py --confluent --write      # and writes BENCHMARKS.md section `stream`
 """
 
@@ -32,15 +35,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+import orjson
 import yaml
 
 from monitor.config import parse_config
 from monitor.stream.broker import EmbeddedBroker
-from monitor.stream.clients import make_consumer, make_producer
+from monitor.stream.clients import MAX_POLL_RECORDS, make_consumer, make_producer
 from monitor.stream.service import MonitorService
 
 FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}, {"name": "temp", "min": 34, "max": 42}]
 GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+_DAY = 86400.0  # the throughput phase's window: no window closes while it runs
 
 
 def fit_model(path: Path) -> None:
@@ -70,42 +75,57 @@ def produce(bootstrap: str, topic: str, n: int, ts_of, partitions: int) -> float
     return n / (time.perf_counter() - t0)
 
 
-def bare_consumer_rate(bootstrap: str, topic: str, n: int) -> float:
-    """A bare kafka-python consumer that json-decodes each record (the issue's yardstick)."""
+def _clocks() -> tuple[float, float]:
+    """Wall-clock time and this process's CPU time (all its threads; the broker is another process)."""
+    return time.perf_counter(), time.process_time()
+
+
+def _rates(n: int, first: tuple[float, float], last: tuple[float, float]) -> tuple[float, float]:
+    """Events per wall-clock second and per CPU second of the reading process. On a shared
+    machine the first depends on how much CPU the other jobs leave; the second is the
+    reader's own cost, which is what bounds it on an idle machine (one Python thread)."""
+    return n / (last[0] - first[0]), n / (last[1] - first[1])
+
+
+def bare_consumer_rate(bootstrap: str, topic: str, n: int, loads=json.loads) -> tuple[float, float]:
+    """A bare kafka-python consumer that json-decodes each record (the issue's yardstick:
+    ``json.loads``; ``orjson.loads`` for the row that shows the client's own ceiling)."""
     consumer = make_consumer(bootstrap, f"bare-{time.time_ns()}", GROUP)
     consumer.subscribe([topic])
     seen, first = 0, None
-    loads = json.loads
     while seen < n:
         for records in consumer.poll(timeout_ms=500).values():
             if first is None:
-                first = time.perf_counter()
+                first = _clocks()
             for rec in records:
                 loads(rec.value)
             seen += len(records)
-    rate = n / (time.perf_counter() - first)
+    rate = _rates(n, first, _clocks())
     consumer.close()
     return rate
 
 
-def bare_confluent_rate(bootstrap: str, topic: str, n: int) -> float:
-    """A bare confluent-kafka consumer that json-decodes each record."""
+def bare_confluent_rate(bootstrap: str, topic: str, n: int) -> tuple[float, float]:
+    """A bare confluent-kafka consumer that json-decodes each record, with the service's
+    librdkafka settings (``CONFLUENT_DEFAULTS``)."""
     from confluent_kafka import Consumer
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-ck-{time.time_ns()}", "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "session.timeout.ms": 2000, "heartbeat.interval.ms": 500})
+    from monitor.stream.confluent_input import CONFLUENT_DEFAULTS
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-ck-{time.time_ns()}", **CONFLUENT_DEFAULTS,
+                  "session.timeout.ms": 2000, "heartbeat.interval.ms": 500})
     c.subscribe([topic])
     seen, first = 0, None
     loads = json.loads
     while seen < n:
-        msgs = c.consume(num_messages=2000, timeout=0.5)
+        msgs = c.consume(num_messages=MAX_POLL_RECORDS, timeout=0.5)
         if msgs and first is None:
-            first = time.perf_counter()
+            first = _clocks()
         for m in msgs:
             if m.error() is None:
                 loads(m.value())
                 seen += 1
-    rate = n / (time.perf_counter() - first)
+    rate = _rates(n, first, _clocks())
     c.close()
     return rate
 
@@ -123,10 +143,10 @@ class _TimedService(MonitorService):
 
         def timed(batch: dict) -> None:
             if self.first is None:
-                self.first = time.perf_counter()
+                self.first = _clocks()
             ingest(batch)
             if self.last is None and sum(self.counts.values()) >= self.expect:
-                self.last = time.perf_counter()
+                self.last = _clocks()
                 self.stop()
 
         self.stage1.ingest = timed
@@ -147,11 +167,19 @@ def config(tmp: Path, topic: str, *, size: float, lateness: float, entity: bool,
     })
 
 
-def service_rate(bootstrap: str, tmp: Path, topic: str, n: int, backend: str = "kafka-python") -> tuple[float, dict]:
-    cfg = config(tmp, topic, size=3600.0, lateness=0.0, entity=True, backend=backend)
+STATUSES: dict[str, dict] = {}  # backend -> event statuses of its last service run
+
+
+def _service_rate(bootstrap: str, tmp: Path, topic: str, n: int, backend: str = "kafka-python") -> tuple[float, float]:
+    """The service as `monitor run` runs it (both stages, one process), event time from the
+    events, one event per entity per window: every event must be accepted, or it measured less."""
+    cfg = config(tmp, topic, size=_DAY, lateness=0.0, entity=True, backend=backend)
     service = _TimedService(cfg, bootstrap_servers=bootstrap, rng=0, expect=n)
     service.run()
-    return n / (service.last - service.first), dict(service.counts)
+    STATUSES[backend] = dict(service.counts)
+    if service.counts["accepted"] != n:
+        raise RuntimeError(f"the service accepted {service.counts['accepted']} of {n} events: {dict(service.counts)}")
+    return _rates(n, service.first, service.last)
 
 
 def release_latencies(bootstrap: str, tmp: Path, per_window: int, windows: int, size: float) -> tuple[list[float], list[int], int]:
@@ -186,18 +214,19 @@ def release_latencies(bootstrap: str, tmp: Path, per_window: int, windows: int, 
     return service.release_latencies[1:], sizes[1:], cfg.report.top_h
 
 
-_CAUGHT_UP = re.compile(r"^(\S+ \S+) INFO monitor.stream: stage 1: partition (\d+) caught up \((\d+) records in ([\d.]+) s\)")
+_CAUGHT_UP = re.compile(r"stage 1: partition (\d+) caught up \((\d+) records in ([\d.]+) s\)")
 
 
 def process_scaling(bootstrap: str, tmp: Path, topic: str, n: int, processes: int) -> float:
     """``processes`` separate `monitor run --stage 1` processes reading the topic's backlog.
 
     Rate = n / (span from the first record to the last catch-up over the final read of
-    each partition), from the processes' own logs (join and interpreter start excluded).
+    each partition): each process logs when a partition is caught up and how long its
+    records took since the first one (join and interpreter start excluded); the bench
+    notes when each line arrives (the log's own times have whole seconds only).
     """
     import subprocess
     import sys
-    from datetime import datetime
 
     group = f"scale{processes}-{time.time_ns()}"
     d = tmp / group
@@ -210,27 +239,31 @@ def process_scaling(bootstrap: str, tmp: Path, topic: str, n: int, processes: in
         "stream": {"input_topic": topic, "group_id": group, "kafka": GROUP, "entity_field": "patient"},
     }
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
-    logs = [d / f"p{i}.log" for i in range(processes)]
+    last: dict[int, tuple[float, int, float]] = {}  # partition -> (arrival of its last catch-up line, records, seconds)
+    lock = threading.Lock()
+
+    def follow(stream) -> None:
+        for raw in stream:
+            m = _CAUGHT_UP.search(raw.decode(errors="replace"))
+            if m:
+                with lock:
+                    last[int(m.group(1))] = (time.time(), int(m.group(2)), float(m.group(3)))
+
     procs = [subprocess.Popen([sys.executable, "-m", "monitor", "run", "--config", str(d / "config.yaml"), "--stage", "1",
-                               "--bootstrap-servers", bootstrap], stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"}) for log in logs]
+                               "--bootstrap-servers", bootstrap], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}) for _ in range(processes)]
+    readers = [threading.Thread(target=follow, args=(p.stdout,), daemon=True) for p in procs]
+    for t in readers:
+        t.start()
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            last: dict[int, tuple[float, int, float]] = {}
-            for log in logs:
-                for line in log.read_text(errors="replace").splitlines():
-                    m = _CAUGHT_UP.match(line)
-                    if m:
-                        end = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-                        p = int(m.group(2))
-                        if p not in last or end > last[p][0]:
-                            last[p] = (end, int(m.group(3)), float(m.group(4)))
-            if sum(v[1] for v in last.values()) >= n:
-                break
-            time.sleep(0.5)
+            with lock:
+                if sum(v[1] for v in last.values()) >= n:
+                    break
+            time.sleep(0.2)
         else:
-            raise RuntimeError(f"{processes} processes did not catch up; logs in {d}")
+            raise RuntimeError(f"{processes} processes did not catch up")
     finally:
         for p in procs:
             p.terminate()
@@ -242,18 +275,19 @@ def process_scaling(bootstrap: str, tmp: Path, topic: str, n: int, processes: in
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--events", type=int, default=300_000)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--windows", type=int, default=5, help="windows for the latency phase")
     ap.add_argument("--per-window", type=int, default=2000, help="events per window in the latency phase")
     ap.add_argument("--window-size", type=float, default=2.0)
     ap.add_argument("--skip-latency", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of each reader (medians reported)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds of each reader (median of paired ratios)")
     ap.add_argument("--confluent", action="store_true", help="also measure the confluent-kafka input backend")
     ap.add_argument("--processes", default="1,2,3", help="stage-1 process counts for the scaling table ('' = skip)")
     ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section `stream`")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.ERROR)  # the clipped-value warnings of the synthetic data are expected
+    load_start = os.getloadavg()
 
     with tempfile.TemporaryDirectory() as d, EmbeddedBroker() as broker:
         tmp = Path(d)
@@ -261,63 +295,97 @@ def main() -> None:
         bs = broker.bootstrap_servers
         topic = f"bench-{time.time_ns()}"
         now = time.time()
-        if now % 3600 > 3500:  # keep every event in the window open at the service's start
-            time.sleep(3600 - now % 3600 + 1)
+        if now % _DAY > _DAY - 1800:  # keep every event in the (one-day) window open while the rounds run
+            time.sleep(_DAY - now % _DAY + 1)
         ts = time.time()
         produce_rate = produce(bs, topic, args.events, lambda i: ts, args.partitions)
-        # Alternating runs, medians: on a shared machine the load drifts between runs.
-        bares, svcs, ck_bares, ck_svcs = [], [], [], []
-        for _ in range(args.rounds):
-            bares.append(bare_consumer_rate(bs, topic, args.events))
-            rate, counts = service_rate(bs, tmp, topic, args.events)
-            svcs.append(rate)
-            if args.confluent:
-                ck_bares.append(bare_confluent_rate(bs, topic, args.events))
-                ck_svcs.append(service_rate(bs, tmp, topic, args.events, backend="confluent")[0])
+        # reader -> its rate per round. Each round runs the readers in turn, in the opposite
+        # order the next round, so a drift of the machine's load favours neither side.
+        readers = {"bare": lambda: bare_consumer_rate(bs, topic, args.events),
+                   "service": lambda: _service_rate(bs, tmp, topic, args.events)}
+        if args.confluent:  # in this order, each ratio below is between neighbours
+            readers["ck_service"] = lambda: _service_rate(bs, tmp, topic, args.events, backend="confluent")
+            readers["ck_bare"] = lambda: bare_confluent_rate(bs, topic, args.events)
+        readers["bare_orjson"] = lambda: bare_consumer_rate(bs, topic, args.events, loads=orjson.loads)
+        rates: dict[str, list[float]] = {name: [] for name in readers}  # per wall-clock second
+        cpu: dict[str, list[float]] = {name: [] for name in readers}  # per CPU second
+        for r in range(args.rounds):
+            for name in (list(readers) if r % 2 == 0 else list(readers)[::-1]):
+                wall, per_cpu = readers[name]()
+                rates[name].append(wall)
+                cpu[name].append(per_cpu)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {rates[k][-1]:,.0f} ({cpu[k][-1]:,.0f}/cpu-s)" for k in rates),
+                  flush=True)
+        load_rounds = os.getloadavg()
         scaling = {m: process_scaling(bs, tmp, topic, args.events, m)
                    for m in (int(x) for x in args.processes.split(",") if x)}
         lat: list[float] = []
         if not args.skip_latency:
             lat, sizes, top_h = release_latencies(bs, tmp, args.per_window, args.windows, args.window_size)
 
-    bare, svc = float(np.median(bares)), float(np.median(svcs))
     runs = lambda xs: ", ".join(f"{x:,.0f}" for x in xs)  # noqa: E731
+
+    def ratio(num: str, den: str, of: dict[str, list[float]]) -> str:
+        r = [a / b for a, b in zip(of[num], of[den])]
+        return f"**{np.median(r):.2f}** ({min(r):.2f}-{max(r):.2f}: {', '.join(f'{x:.2f}' for x in r)})"
+
+    def row(label: str, name: str) -> str:
+        return (f"| {label} | {np.median(rates[name]):,.0f} | {runs(rates[name])} "
+                f"| {np.median(cpu[name]):,.0f} | {runs(cpu[name])} |")
+
+    def ratio_row(label: str, num: str, den: str) -> str:
+        return f"| **{label}** | {ratio(num, den, rates)} | | {ratio(num, den, cpu)} | |"
+
+    from kafka.record import util as kafka_record_util
+
+    crc = "C extension `crc32c` active" if kafka_record_util.crc32c_c is not None else "pure-Python CRC (crc32c NOT installed)"
     lines = [
         "## Stream throughput and release latency",
         "",
-        f"`python bench/bench_stream.py --events {args.events} --partitions {args.partitions} "
+        f"`OMP_NUM_THREADS=1 python bench/bench_stream.py --events {args.events} --partitions {args.partitions} "
         f"--windows {args.windows} --per-window {args.per_window} --window-size {args.window_size} "
         f"--rounds {args.rounds}{' --confluent' if args.confluent else ''} --write` "
-        "(embedded Tansu broker, kafka-python 3.0, same consumer settings for both readers; "
-        "rates from first to last record, group join excluded; the readers run alternately, "
-        f"{args.rounds} rounds, medians).",
+        f"(embedded Tansu broker; kafka-python 3.0 with the {crc} for every kafka-python reader; the same "
+        "consumer settings (`monitor.stream.clients.client_settings`) for the bare consumer and the service; "
+        "rates from the first record to the last, group join excluded). "
+        f"Each of {args.rounds} rounds runs every reader once over the same {args.events:,} events, in the "
+        "opposite order the next round. A ratio is taken between the two runs of one round (adjacent in "
+        "time); the figure is the median of those ratios, then (min-max: each round's). "
+        "Rates per wall-clock second depend on how much CPU the machine's other jobs leave; rates per CPU "
+        "second of the reading process (all its threads; the broker is another process) are the readers' "
+        "own cost, which bounds them on an idle machine, and vary far less. "
+        f"Load average (1/5/15 min) at the start: {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f}, "
+        f"after the rounds: {load_rounds[0]:.2f}/{load_rounds[1]:.2f}/{load_rounds[2]:.2f} (2 cores, shared).",
         "",
-        "| reader | events/s (median) | runs |",
-        "|---|---|---|",
-        f"| producer (for reference) | {produce_rate:,.0f} | |",
-        f"| bare `KafkaConsumer`, `json.loads` per record | {bare:,.0f} | {runs(bares)} |",
-        f"| monitor service (kafka-python): validate (orjson per batch), score (grid-kNN), window, entity dedupe | {svc:,.0f} | {runs(svcs)} |",
-        f"| **ratio service / bare** | **{svc / bare:.2f}** | |",
+        "| reader | events/s (median) | per round | events per CPU-second (median) | per round |",
+        "|---|---|---|---|---|",
+        f"| producer (for reference) | {produce_rate:,.0f} | | | |",
+        row("bare `KafkaConsumer`, `json.loads` per record", "bare"),
+        row("monitor service (kafka-python; `monitor run`'s both stages in one process): validate, score "
+            "(grid-kNN), one event per entity per window, window", "service"),
+        ratio_row("ratio service / bare", "service", "bare"),
+        row("(for comparison) bare `KafkaConsumer`, `orjson.loads` per record", "bare_orjson"),
+        ratio_row("(for comparison) ratio service / bare with orjson", "service", "bare_orjson"),
     ]
     if args.confluent:
-        ck_bare, ck_svc = float(np.median(ck_bares)), float(np.median(ck_svcs))
         lines += [
-            f"| bare confluent-kafka `Consumer`, `json.loads` per record | {ck_bare:,.0f} | {runs(ck_bares)} |",
-            f"| monitor service, `stream.input_backend: confluent` | {ck_svc:,.0f} | {runs(ck_svcs)} |",
-            f"| **ratio service confluent / service kafka-python** | **{ck_svc / svc:.2f}** | |",
+            row("bare confluent-kafka `Consumer`, `json.loads` per record", "ck_bare"),
+            row("monitor service, `stream.input_backend: confluent`", "ck_service"),
+            ratio_row("ratio service confluent / service kafka-python", "ck_service", "service"),
+            ratio_row("ratio service confluent / bare confluent", "ck_service", "ck_bare"),
         ]
     lines += [
         "",
-        f"Service event statuses: {counts}. The machine (2 cores) was shared with other jobs during "
-        "the run, so absolute rates are below INFRA.md's idle figures; the ratio is what the run compares. "
-        "Both readers run with the `crc32c` extension installed (a dependency).",
+        f"Service event statuses (every run must accept all events, or the bench fails): {STATUSES}. "
+        "The machine is shared with other jobs, so absolute rates vary between runs and are below "
+        "INFRA.md's idle figures; the paired ratio is what the run compares.",
     ]
     if scaling:
         lines += [
             "",
             f"Stage-1 throughput by number of `monitor run --stage 1` processes (separate processes, one "
             f"consumer group, {args.partitions} input partitions, the same {args.events:,} events; span from "
-            "the first record to the last partition caught up, from the processes' logs; on this 2-core machine "
+            "the first record to the last partition caught up, from the processes' log lines as they arrive; on this 2-core machine "
             "shared with other jobs, more processes than cores cannot scale):",
             "",
             "| stage-1 processes | events/s | vs 1 process |",

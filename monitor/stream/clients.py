@@ -14,7 +14,13 @@ from typing import Any, Literal
 
 log = logging.getLogger("monitor.stream")
 
-__all__ = ["client_settings", "make_consumer", "make_producer", "ensure_topics"]
+__all__ = ["client_settings", "make_consumer", "make_producer", "ensure_topics", "MAX_POLL_RECORDS"]
+
+# Records per poll. Stage 1 parses, scores and windows a poll's records in a few numpy
+# calls whose fixed cost is paid per poll: kafka-python's default (500) spreads it over
+# too few events. A poll of this many ~100-byte events takes about 10 ms to ingest, far
+# under max_poll_interval_ms.
+MAX_POLL_RECORDS = 5000
 
 # Group membership: 6 s is the smallest session timeout real Kafka accepts by default
 # (group.min.session.timeout.ms); Tansu joins in session_timeout_ms / 2, about 3 s.
@@ -23,6 +29,7 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto_offset_reset": "earliest",
     "session_timeout_ms": 6000,
     "heartbeat_interval_ms": 1000,
+    "max_poll_records": MAX_POLL_RECORDS,
 }
 _PRODUCER_DEFAULTS: dict[str, Any] = {"linger_ms": 5}
 

@@ -26,31 +26,57 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from itertools import chain, groupby
+from operator import itemgetter
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["ACCEPTED", "LATE", "DUPLICATE_ENTITY", "OpenWindow", "ClosedWindow", "WindowStore", "smallest_offsets"]
+__all__ = ["ACCEPTED", "LATE", "DUPLICATE_ENTITY", "OpenWindow", "ClosedWindow", "WindowStore", "smallest_offsets", "take"]
 
 ACCEPTED = "accepted"
 LATE = "late"
 DUPLICATE_ENTITY = "duplicate_entity"
 
 
+class _Chunk(NamedTuple):
+    """Consecutive kept events of one window from one partition, as columns."""
+
+    partition: int
+    X: np.ndarray  # (k, d) raw feature values
+    flagged: np.ndarray  # (k,) bool
+    event_ids: list[str]
+    entities: list[str | None]
+
+
 @dataclass
 class OpenWindow:
-    """Events gathered so far in one window (inside the trust boundary)."""
+    """Events gathered so far in one window (inside the trust boundary).
+
+    Kept as column chunks, one per ingested batch (a batch's columns are stored, not split
+    into per-event objects); ``add_one``'s events wait in ``pending`` until the next chunk.
+    """
 
     start: float
     end: float
-    rows: list[tuple[float, ...]] = field(default_factory=list)
-    flagged: list[bool] = field(default_factory=list)
-    event_ids: list[str] = field(default_factory=list)
-    partitions: list[int] = field(default_factory=list)
-    row_entities: list[str | None] = field(default_factory=list)
+    chunks: list[_Chunk] = field(default_factory=list)
+    # add_one's events not yet in a chunk: (partition, row, flagged, event_id, entity)
+    pending: list[tuple] = field(default_factory=list)
     entities: set[str] = field(default_factory=set)
     # partition -> smallest offset held here: what must not be committed past.
     first_offsets: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def n_events(self) -> int:
+        return len(self.pending) + sum(len(c.event_ids) for c in self.chunks)
+
+    def flush(self) -> None:
+        """Move the pending single events into chunks (one per run of the same partition)."""
+        for p, run in groupby(self.pending, key=itemgetter(0)):
+            _, rows, flagged, ids, entities = zip(*run)
+            self.chunks.append(_Chunk(p, np.asarray(rows, dtype=float).reshape(len(ids), -1),
+                                      np.asarray(flagged, dtype=bool), list(ids), list(entities)))
+        self.pending.clear()
 
 
 @dataclass(frozen=True)
@@ -144,11 +170,7 @@ class WindowStore:
             if entity in w.entities:
                 return DUPLICATE_ENTITY
             w.entities.add(entity)
-        w.rows.append(row)
-        w.flagged.append(flagged)
-        w.event_ids.append(event_id)
-        w.partitions.append(partition)
-        w.row_entities.append(entity)
+        w.pending.append((partition, row, flagged, event_id, entity))
         if offset is not None and offset < w.first_offsets.get(partition, offset + 1):
             w.first_offsets[partition] = offset
         return ACCEPTED
@@ -171,37 +193,49 @@ class WindowStore:
         ...                 event_ids=["a", "b", "c"], entities=["p", "q", "q"])
         {'late': 1, 'accepted': 1, 'duplicate_entity': 1}
         """
+        n_events = len(ts)
+        counts = {LATE: 0, ACCEPTED: 0, DUPLICATE_ENTITY: 0}
+        if n_events == 0:
+            return {}
         idx = np.floor(ts / self.size).astype(np.int64)
-        late = idx < self._next
-        counts = {LATE: int(late.sum()), ACCEPTED: 0, DUPLICATE_ENTITY: 0}
-        for n in np.unique(idx[~late]).tolist():
-            sel = np.flatnonzero(idx == n).tolist()
+        first, last = int(idx.min()), int(idx.max())
+        groups: list[tuple[int, np.ndarray | None]]
+        if first == last:  # the usual case: the whole batch in one window, no index arrays
+            groups = [(first, None)] if first >= self._next else []
+            counts[LATE] = 0 if groups else n_events
+        else:
+            late = idx < self._next
+            counts[LATE] = int(late.sum())
+            # Each window's events in arrival order: a stable sort by window index.
+            order = np.argsort(idx, kind="stable")
+            order = order[~late[order]]
+            cuts = np.flatnonzero(np.diff(idx[order])) + 1
+            groups = [(int(idx[sel[0]]), sel) for sel in np.split(order, cuts) if sel.size]
+        for n, sel in groups:
             w = self._open.get(n)
             if w is None:
                 w = self._open[n] = OpenWindow(n * self.size, (n + 1) * self.size)
-            if entities is not None:
-                seen, keep = w.entities, []
-                for i in sel:
-                    e = entities[i]
-                    if e not in seen:
-                        seen.add(e)
-                        keep.append(i)
-                counts[DUPLICATE_ENTITY] += len(sel) - len(keep)
-                sel = keep
-                w.row_entities.extend(entities[i] for i in sel)
+            if w.pending:
+                w.flush()
+            ids = event_ids if sel is None else take(event_ids, sel)
+            if entities is None:
+                ents: list = [None] * len(ids)
             else:
-                w.row_entities.extend([None] * len(sel))
-            if not sel:
-                continue
-            counts[ACCEPTED] += len(sel)
-            w.rows.extend(map(tuple, X[sel].tolist()))
-            w.flagged.extend(flagged[sel].tolist())
-            w.event_ids.extend(event_ids[i] for i in sel)
-            w.partitions.extend([partition] * len(sel))
+                ents = list(entities) if sel is None else take(entities, sel)
+                keep = _first_unseen(ents, w.entities)
+                if keep is not None:
+                    counts[DUPLICATE_ENTITY] += len(ents) - len(keep)
+                    if not keep:
+                        continue
+                    sel = np.arange(n_events)[keep] if sel is None else sel[keep]
+                    ids, ents = take(ids, keep), take(ents, keep)
+            counts[ACCEPTED] += len(ids)
+            rows, flags = (X, flagged) if sel is None else (X[sel], flagged[sel])
+            w.chunks.append(_Chunk(partition, rows, flags, list(ids), ents))
             if offsets is not None:
-                first = int(offsets[sel].min())
-                if first < w.first_offsets.get(partition, first + 1):
-                    w.first_offsets[partition] = first
+                low = int(offsets.min() if sel is None else offsets[sel].min())
+                if low < w.first_offsets.get(partition, low + 1):
+                    w.first_offsets[partition] = low
         return {k: v for k, v in counts.items() if v}
 
     def close_due(self, now: float) -> Iterator[ClosedWindow]:
@@ -238,10 +272,16 @@ class WindowStore:
 
     def _closed(self, n: int, w: OpenWindow | None) -> ClosedWindow:
         start, end = n * self.size, (n + 1) * self.size
-        if w is None or not w.rows:
+        if w is not None and w.pending:
+            w.flush()
+        if w is None or not w.chunks:
             return ClosedWindow(start, end, np.zeros((0, self.n_features)), np.zeros(0, dtype=bool), ())
-        return ClosedWindow(start, end, np.asarray(w.rows, dtype=float), np.asarray(w.flagged, dtype=bool), tuple(w.event_ids),
-                            tuple(w.row_entities))
+        chunks = w.chunks
+        X = chunks[0].X if len(chunks) == 1 else np.concatenate([c.X for c in chunks])
+        flagged = chunks[0].flagged if len(chunks) == 1 else np.concatenate([c.flagged for c in chunks])
+        return ClosedWindow(start, end, np.asarray(X, dtype=float), np.asarray(flagged, dtype=bool),
+                            tuple(chain.from_iterable(c.event_ids for c in chunks)),
+                            tuple(chain.from_iterable(c.entities for c in chunks)))
 
     @property
     def next_index(self) -> int:
@@ -264,20 +304,43 @@ class WindowStore:
         gone = set(partitions)
         dropped = 0
         for w in self._open.values():
-            keep = [i for i, p in enumerate(w.partitions) if p not in gone]
-            dropped += len(w.rows) - len(keep)
-            if len(keep) == len(w.rows):
+            if w.pending:
+                w.flush()
+            keep = [c for c in w.chunks if c.partition not in gone]
+            if len(keep) == len(w.chunks):
                 continue
-            w.rows = [w.rows[i] for i in keep]
-            w.flagged = [w.flagged[i] for i in keep]
-            w.event_ids = [w.event_ids[i] for i in keep]
-            w.partitions = [w.partitions[i] for i in keep]
-            w.row_entities = [w.row_entities[i] for i in keep]
-            w.entities = {e for e in w.row_entities if e is not None}
+            dropped += sum(len(c.event_ids) for c in w.chunks if c.partition in gone)
+            w.chunks = keep
+            w.entities = {e for c in keep for e in c.entities if e is not None}
             for p in gone:
                 w.first_offsets.pop(p, None)
         return dropped
 
     @property
     def n_open_events(self) -> int:
-        return sum(len(w.rows) for w in self._open.values())
+        return sum(w.n_events for w in self._open.values())
+
+
+def take(seq: Sequence, sel) -> list:
+    """``[seq[i] for i in sel]`` in C (itemgetter), for a list and an index array or list."""
+    if isinstance(sel, np.ndarray):
+        sel = sel.tolist()
+    if len(sel) == 1:
+        return [seq[int(sel[0])]]
+    return list(itemgetter(*sel)(seq)) if len(sel) else []
+
+
+def _first_unseen(entities: list, seen: set) -> list[int] | None:
+    """Contribution bounding for one window: add the entities to ``seen`` and return the
+    positions of the events to keep (the first of each entity not seen before), or None
+    when all are kept (distinct and new: two set operations in C, no per-event loop)."""
+    new = set(entities)
+    if len(new) == len(entities) and seen.isdisjoint(new):
+        seen |= new
+        return None
+    keep = []
+    for i, e in enumerate(entities):
+        if e not in seen:
+            seen.add(e)
+            keep.append(i)
+    return keep
