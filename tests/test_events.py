@@ -102,7 +102,8 @@ def test_parse_timestamp_rejects_garbage():
 
 # Field values that parse() accepts and rejects, to mix into batches.
 _VALUES = [72, 97.5, 0, -3.25, 1e308, 2**70, True, None, "72", [], {}, "2025-11-21T04:40:00Z", -1.0, 1763700000]
-_RAW = [b"", b"{", b"[]", b"1,2", b'{"hr": 1e999}', b'{"hr": NaN}', b'{},{"hr":"', b'"}', b"x" * 300]
+_RAW = [b"", b"{", b"[]", b"1,2", b'{"hr": 1e999}', b'{"hr": NaN}', b'{},{"hr":"', b'"}', b"x" * 300,
+        b"\xc3\x28", b'{"hr": 72, "patient": "\xff"}', b"\xef\xbb\xbf{}"]  # not UTF-8, and a byte-order mark
 
 
 def test_parse_batch_accepts_exactly_what_parse_accepts(schema):

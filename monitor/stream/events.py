@@ -192,7 +192,7 @@ class EventSchema:
             # Each message on its own (joining them into one array would let two broken
             # messages make one valid pair).
             objs = list(map(self._decode, values))
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, ValueError):  # ValueError: e.g. bytes that are not UTF-8
             return None  # the per-message path finds which and why
         features = [list(map(get, objs)) for get in self._feature_getters]  # floats already (ints converted)
         X = np.array(features, dtype=float).T
