@@ -106,6 +106,15 @@ _RAW = [b"", b"{", b"[]", b"1,2", b'{"hr": 1e999}', b'{"hr": NaN}', b'{},{"hr":"
         b"\xc3\x28", b'{"hr": 72, "patient": "\xff"}', b"\xef\xbb\xbf{}"]  # not UTF-8, and a byte-order mark
 
 
+def test_parse_batch_hands_deep_nesting_to_the_per_message_path():
+    # msgspec raises RecursionError here (not a MsgspecError); one such message must not stop stage 1.
+    big = EventSchema(["hr", "spo2"], timestamp_field=None, entity_field=None, max_message_bytes=10**6)
+    deep = b'{"hr": 72, "spo2": 97, "x": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    assert big.parse_batch([b'{"hr": 72, "spo2": 97}', deep]) is None
+    with pytest.raises(InvalidEvent, match="bad_json"):
+        big.parse(deep)
+
+
 def test_parse_batch_accepts_exactly_what_parse_accepts(schema):
     """Batches mixing valid and malformed messages (wrong types, NaN, huge ints, bools,
     messages that are only valid when joined): parse_batch returns None whenever any

@@ -192,8 +192,8 @@ class EventSchema:
             # Each message on its own (joining them into one array would let two broken
             # messages make one valid pair).
             objs = list(map(self._decode, values))
-        except (msgspec.MsgspecError, ValueError):  # ValueError: e.g. bytes that are not UTF-8
-            return None  # the per-message path finds which and why
+        except Exception:  # noqa: BLE001 - not only MsgspecError: UnicodeDecodeError, RecursionError on deep nesting
+            return None  # the per-message path, the one authority on rejections, finds which and why
         features = [list(map(get, objs)) for get in self._feature_getters]  # floats already (ints converted)
         X = np.array(features, dtype=float).T
         if not np.isfinite(X).all():  # cannot happen from JSON, but parse() would refuse it
