@@ -48,7 +48,7 @@ def test_output_distributions_of_neighbouring_streams_are_within_e_to_the_epsilo
     threshold = 8
     moves = {"up": np.full(6, WIDTH - 1), "down": np.full(6, -1), "mixed": np.array([3, -1, 3, -1, 3, -1])}[shift]
     neighbour = base + moves
-    n = 60_000
+    n = 30_000
     a = Counter(_answers(base, threshold, seed) for seed in range(n))
     b = Counter(_answers(neighbour, threshold, n + seed) for seed in range(n))
     assert _check_ratios(a, b, n, lambda outcome: EPS_T + EPS_Q) >= 3
@@ -62,7 +62,7 @@ def test_each_outcome_costs_the_threshold_plus_one_share_per_page():
     base = np.array([9, 2, 10, 3, 9, 8])
     threshold = 8
     neighbour = base + np.array([3, -1, 3, -1, 3, -1])
-    n = 60_000
+    n = 30_000
     a = Counter(_answers(base, threshold, seed, stop_after=2) for seed in range(n))
     b = Counter(_answers(neighbour, threshold, n + seed, stop_after=2) for seed in range(n))
     bounds = {}

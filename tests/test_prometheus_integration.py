@@ -46,10 +46,10 @@ SURGE = (20.0, 8.0)        # clustered surge (start, duration) in seconds after 
 RATE, DEVICES = 150.0, 400  # each device sends about every 2.7 s: at most one event per window
 SURGE_FRACTION = 0.25      # about 37 anomalous events per window against about 3 flagged normally
 RATE_INTERVAL = "5s"       # Grafana's $__rate_interval for a 1 s scrape interval
-# The alarm's parameters: large epsilons and a margin of 8 + 2 sd make its answer
+# The alarm's parameters: large epsilons and a margin of 12 + 2 sd make its answer
 # certain on these counts (normal excess about 0 +- 2, surge excess about 34), so the
 # test is about the plumbing, not the noise draws.
-ALARM = {"threshold": 8.0, "z": 2.0, "rate_margin": 0.0, "epsilon_threshold": 4.0, "epsilon_page": 4.0,
+ALARM = {"contamination": 0.01, "threshold": 12.0, "z": 2.0, "rate_margin": 0.0, "epsilon_threshold": 4.0, "epsilon_page": 4.0,
          "hold_windows": 1, "baseline_warmup_seconds": WARMUP_WINDOWS * WINDOW_S, "baseline_refresh_seconds": 3600.0,
          "baseline_flag_cap": 1, "epsilon_baseline_flagged": 2.0, "epsilon_baseline_events": 1.0}
 
