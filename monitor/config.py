@@ -149,7 +149,7 @@ class AlarmSettings(_Strict):
 
     enabled: bool = Field(True, description="Answer the surge question every window.")
     contamination: float = Field(
-        0.02, gt=0, lt=0.5, description="Share of the model's own noisy mass above the alarm's score threshold: the alarm counts "
+        0.01, gt=0, lt=0.5, description="Share of the model's own noisy mass above the alarm's score threshold: the alarm counts "
         "events flagged at this (strict) rate, a public post-processing of the model."
     )
     threshold: float = Field(23.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
