@@ -49,8 +49,11 @@ def _brute_pairs(P: np.ndarray, threshold: float) -> set[tuple[int, int]]:
     return set(zip(a.tolist(), b.tolist()))
 
 
+@pytest.mark.parametrize("block", [None, 7])
 @pytest.mark.parametrize("d", [1, 2, 3, 5, SPLIT_MIN_DIM - 1, SPLIT_MIN_DIM, 10, 12])
-def test_close_pairs_finds_exactly_the_pairs_the_predicate_accepts(d):
+def test_close_pairs_finds_exactly_the_pairs_the_predicate_accepts(d, block, monkeypatch):
+    if block:  # candidates checked in blocks (memory bound on huge windows): same pairs
+        monkeypatch.setattr("monitor.outliers._geometry._PAIR_BLOCK", block)
     rng = np.random.default_rng(d)
     for trial in range(15):
         r = float(rng.choice([0.05, 0.1, 1 / 3]))

@@ -256,13 +256,18 @@ def close_pairs(P: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray
     else:
         h = d // 2
         halves = [(np.ascontiguousarray(P[:, :h]), reach / math.sqrt(2)), (np.ascontiguousarray(P[:, h:]), reach / math.sqrt(2))]
-    a, b, d2 = [], [], []
+    a, b, d2 = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0)]
     for Q, radius in halves:
         pairs = cKDTree(Q, leafsize=_PAIR_LEAF).query_pairs(radius, output_type="ndarray").reshape(-1, 2)
         pa, pb = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)  # pa < pb
-        dist = sq_dist(P[pa], P[pb])
-        ok = dist <= threshold
-        a.append(pa[ok]), b.append(pb[ok]), d2.append(dist[ok])
+        del pairs
+        # Candidates come in blocks: a 10^6-row 10-D window proposes ~10^8 of them, and
+        # their coordinates at once would need tens of GB.
+        for lo in range(0, pa.size, _PAIR_BLOCK):
+            ba, bb = pa[lo:lo + _PAIR_BLOCK], pb[lo:lo + _PAIR_BLOCK]
+            dist = sq_dist(P[ba], P[bb])
+            ok = dist <= threshold
+            a.append(ba[ok]), b.append(bb[ok]), d2.append(dist[ok])
     a, b, d2 = np.concatenate(a), np.concatenate(b), np.concatenate(d2)
     if len(halves) > 1:  # a pair close in both halves was proposed twice
         _, first = np.unique(a * n + b, return_index=True)
@@ -297,6 +302,7 @@ def degrees_and_pairs(Y: np.ndarray, r: float, cap: int) -> tuple[np.ndarray, np
 # windows, bench_core --cost: at 10-D the split search is 2-3x faster, below 8-D slower).
 SPLIT_MIN_DIM = 8
 _PAIR_LEAF = 16
+_PAIR_BLOCK = 1 << 22
 
 
 class BallPacking:
