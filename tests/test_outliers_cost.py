@@ -20,6 +20,7 @@ from monitor.outliers._geometry import (
     GRID_MAX_DIM,
     SPLIT_MIN_DIM,
     BallPacking,
+    _Cores,
     _degeneracy,
     close_pairs,
     degrees,
@@ -112,6 +113,52 @@ def test_bracketed_degeneracy_matches_the_reference_for_every_valid_bracket():
         for lo in range(1, want + 1):
             for hi in (None, want, want + 1, want + 7):
                 assert _degeneracy(n, a, b, lo, hi) == want
+
+
+def _core_numbers_reference(n: int, edges: list[tuple[int, int]]) -> list[int]:
+    """Remove a vertex of least degree until none is left; a vertex's core number is the
+    largest least degree seen up to its removal."""
+    adj = {v: set() for v in range(n)}
+    for u, v in edges:
+        adj[u].add(v)
+        adj[v].add(u)
+    core, level = [0] * n, 0
+    while adj:
+        v = min(adj, key=lambda x: len(adj[x]))
+        level = max(level, len(adj[v]))
+        core[v] = level
+        for u in adj.pop(v):
+            adj[u].discard(v)
+    return core
+
+
+@pytest.mark.parametrize("block", [None, 3])
+def test_cores_of_masked_subgraphs_match_the_reference(block, monkeypatch):
+    # Core numbers of the whole graph, and the degeneracy and every c-core's emptiness of
+    # induced subgraphs (the searches start from the whole graph's cores). Block 3: the
+    # neighbour lists gathered a few at a time (memory bound on huge windows), same cores.
+    if block:
+        monkeypatch.setattr("monitor.outliers._geometry._PAIR_BLOCK", block)
+    rng = np.random.default_rng(12)
+    for trial in range(40):
+        n = int(rng.integers(2, 40))
+        m = int(rng.integers(1, n * (n - 1) // 2 + 1))
+        pairs = sorted({tuple(sorted(rng.choice(n, 2, replace=False).tolist())) for _ in range(m)})
+        a = np.array([p[0] for p in pairs], dtype=np.int64)
+        b = np.array([p[1] for p in pairs], dtype=np.int64)
+        cores = _Cores(n, a, b)
+        assert cores.core.tolist() == _core_numbers_reference(n, pairs)
+        for _ in range(5):
+            mask = rng.random(n) < rng.uniform(0.2, 1.0)
+            rows = np.flatnonzero(mask)
+            local = {v: i for i, v in enumerate(rows.tolist())}
+            inside = [(local[u], local[v]) for u, v in pairs if u in local and v in local]
+            want = _degeneracy_reference(len(rows), inside)
+            for lo in range(0, want + 1):
+                for hi in (None, want, want + 2):
+                    assert cores.degeneracy(mask, lo, hi) == want
+            for c in range(0, want + 3):
+                assert cores.core_is_empty(mask, c) == (want < c or (c == 0 and rows.size == 0))
 
 
 @pytest.mark.parametrize("d", [2, 4, SPLIT_MIN_DIM, 10])
