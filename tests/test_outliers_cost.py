@@ -21,7 +21,6 @@ from monitor.outliers._geometry import (
     SPLIT_MIN_DIM,
     BallPacking,
     _Cores,
-    _degeneracy,
     close_pairs,
     degrees,
     degrees_and_pairs,
@@ -109,10 +108,11 @@ def test_bracketed_degeneracy_matches_the_reference_for_every_valid_bracket():
         a = np.array([p[0] for p in pairs], dtype=np.int64)
         b = np.array([p[1] for p in pairs], dtype=np.int64)
         want = _degeneracy_reference(n, list(pairs))
-        assert _degeneracy(n, a, b) == want
+        cores, every = _Cores(n, a, b), np.ones(n, dtype=bool)
+        assert cores.degeneracy(every) == want
         for lo in range(1, want + 1):
             for hi in (None, want, want + 1, want + 7):
-                assert _degeneracy(n, a, b, lo, hi) == want
+                assert cores.degeneracy(every, lo, hi) == want
 
 
 def _core_numbers_reference(n: int, edges: list[tuple[int, int]]) -> list[int]:

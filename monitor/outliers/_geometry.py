@@ -391,12 +391,6 @@ class BallPacking:
         return lo, hi
 
 
-def _degeneracy(n: int, a: np.ndarray, b: np.ndarray, lo: int = 1, hi: int | None = None) -> int:
-    """Largest c such that the graph with edges (a, b) has a non-empty c-core, given
-    lo <= c (and c <= hi when given)."""
-    return _Cores(n, a, b).degeneracy(np.ones(n, dtype=bool), lo, hi)
-
-
 class _Cores:
     """k-cores of the subgraphs that vertex masks induce on one fixed graph.
 
