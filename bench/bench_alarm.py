@@ -326,14 +326,14 @@ def main() -> None:
     text = f"""## Surge alarm (issue 10)
 
 `OMP_NUM_THREADS=1 python bench/bench_alarm.py --write` ({days} simulated days of 5-minute windows, seed {args.seed}).
-The shipped `config.yaml` as is: one alarm run per UTC day (its threshold epsilon {a.epsilon_threshold:g}), epsilon {a.epsilon_page:g} per page, quiet windows free;
+The shipped `config.yaml` as is: alarm runs on the UTC-day calendar (a run's threshold costs epsilon {a.epsilon_threshold:g}; a quiet run goes on past midnight, one that paged ends there), epsilon {a.epsilon_page:g} per page, quiet windows free;
 threshold {a.threshold:g} excess flagged events + {a.z:g} sd + {a.rate_margin:.0%} of the expected count, hold {a.hold_windows} windows, daily baseline (epsilon {a.baseline_epsilon:g}),
 a detailed report (epsilon {config.report_cost()[0]:.2f}) with every page. Traffic: +-30 % daily swing in people online, activity drifting up 8 % per 30 days (normal flagged rate {rate0:.2%} on day 1, {rate1:.2%} on the last day, 10,000 people),
 surges of 3 windows each, alternately clustered and spread. Every window went through the production
 `WindowReleaser` (model, baseline, alarm, reports, ledger charges), as `monitor run` and `monitor replay` do.
 "Paged in window 1": the page came at the close of the surge's first window; "within 1 more": at the latest at the close
 of its second. A false page is one outside a surge and its hold. Epsilon per day: the mean and the max over UTC days
-(the runs' calendar), and the worst rolling 24 hours (what the budget checks; a rolling day overlaps two runs).
+(the runs' calendar), and the worst rolling 24 hours (what the budget checks; a rolling day that straddles the end of a run that paged overlaps two runs).
 Figure: `docs/figures/alarm_day.png` (one day of the 1,000-people scenario: the statistic, the public threshold, the
 surges and the pages).
 

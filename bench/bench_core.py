@@ -506,8 +506,9 @@ def diffuse_million_main() -> None:
             "windows it leaves out.\n\n" + "\n".join(lines)
             + "\n\nDiffuse 5-D misses the goal (release <= 2x plain): the smooth bound needs every pair within 2r, "
               "2^5 = 32 times the volume of the r-balls the plain count probes: on this window about 80 M edges (16 times the 5.05 M measured at 250,000 events), whose "
-              "search alone (about 46 s, run on rows stored in the kd-tree's leaf order: 55 s before) costs more than all "
-              "the plain counts. The k-cores of that graph are peeled over a CSR adjacency from the whole graph's core "
+              "search alone (about 33 s measured alone, on sliding-midpoint kd-trees over rows stored in a first tree's "
+              "leaf order: 55 s at first) costs nearly as much as all the plain counts, and the cores and the bands' "
+              "questions come on top. The k-cores of that graph are peeled over a CSR adjacency from the whole graph's core "
               "numbers (one pass over the edges per question, where peeling the edge list cost a pass per round: 493 s, "
               "12.97x). At the shipped epsilon_count (0.05) auto uses the global bound in 5-D and computes no smooth "
               "bound. In 10-D the pair search splits the columns; most of its time is the two halves' searches, which "

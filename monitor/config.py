@@ -161,15 +161,16 @@ class AlarmSettings(_Strict):
     epsilon_threshold: float = Field(0.6, gt=0, description="Epsilon of one run's noisy threshold, charged when the run opens.")
     epsilon_page: float = Field(0.6, gt=0, description="Epsilon of each page (a positive answer), charged when it pages; quiet windows are free.")
     run_seconds: float = Field(
-        86400.0, gt=0, description="Length of the alarm's runs, aligned on the epoch (UTC days by default): a run and its pages "
-        "are charged over its span, so a rolling period that straddles two runs pays for both thresholds."
+        86400.0, gt=0, description="Calendar of the alarm's runs, aligned on the epoch (UTC days by default): at each boundary a "
+        "run that has paged ends (its pages are charged over its whole span) and a quiet one goes on (its threshold then "
+        "counts once in every rolling period it touches, where a new run would add a second)."
     )
     hold_windows: int = Field(3, ge=0, description="Windows that keep paging after a positive answer, with no query and no cost.")
     baseline_warmup_seconds: float = Field(10800.0, gt=0, description="Span of the first baseline estimate; the alarm starts after it.")
     baseline_refresh_seconds: float = Field(86400.0, gt=0, description="Span of each later baseline estimate (a public schedule).")
     epsilon_baseline_flagged: float = Field(0.08, gt=0, description="Epsilon of a baseline estimate's flagged total.")
     epsilon_baseline_warmup: float = Field(
-        0.4, gt=0, description="Epsilon of the first estimate's flagged total: its short span holds few windows, so the same "
+        0.25, gt=0, description="Epsilon of the first estimate's flagged total: its short span holds few windows, so the same "
         "error needs more epsilon (paid once, at the first start)."
     )
     epsilon_baseline_events: float = Field(0.02, gt=0, description="Epsilon of a baseline estimate's event total.")

@@ -262,7 +262,7 @@ class WindowReleaser:
             answer = AlarmAnswer("off", None, 0.0, None, None)
         else:
             if self.alarm.run is not None and window.end > self._run_span[1]:
-                self.alarm.close_run()  # its span is over: its charges cover no later window
+                self._carry_or_close_run(window, charges)
             if self.baseline.estimate is not None and self.alarm.needs_run():
                 cost = (a.epsilon_threshold, 0.0)
                 if self._fits(window, cost):
@@ -318,6 +318,27 @@ class WindowReleaser:
             "budget": decision.budget_record(),
         }
         return record, window_cost
+
+    def _carry_or_close_run(self, window: ClosedWindow, charges: list[dict]) -> None:
+        """At its calendar boundary a run that has not paged goes on to the next one; one
+        that has paged ends there.
+
+        Every page of a run is charged over the run's whole span (its noise shift covers
+        every window the run answers), so a run that pages must end soon, but a quiet run
+        that goes on pays its threshold once in every rolling period it touches, where a
+        new run at each boundary would put two thresholds in the periods that straddle it.
+        Going on is paid like a new run (the periods the span now reaches get the
+        threshold); where the budget cannot pay, the run ends.
+        """
+        a = self.config.alarm
+        cost = (a.epsilon_threshold, 0.0)
+        if self.alarm.has_paged or not self._fits(window, cost):
+            self.alarm.close_run()  # its charges cover no later window
+            return
+        self._run_span = (self._run_span[0], _run_end(window.end, a.run_seconds))
+        self.ledger.extend_charge(self.alarm.run, self._run_span[1])
+        charges.append({"kind": "alarm_run", "run": self.alarm.run, "epsilon": cost[0], "delta": 0.0,
+                        "span": list(self._run_span), "carried_on": True})
 
     def _report(self, window: ClosedWindow, flagged: np.ndarray) -> dict:
         cfg = self.config

@@ -229,7 +229,7 @@ def test_budget_shows_the_plan_and_explains_pld_delta(workdir):
     assert "pays for 0 page(s) per period" in out and "To page at least once per period set budget.epsilon" in out
     assert "delta is not consumed charge by charge" in out
     plan = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["plan"]
-    assert plan["pages_per_period"] == 0 and plan["quiet_period_epsilon"] < 2.0 < plan["quiet_period_epsilon"] + plan["page_epsilon"]
+    assert plan["pages_per_period"] == 0 and plan["quiet_period_epsilon"] < 2.0 < plan["one_page_period_epsilon"]
 
 
 def test_budget_json_into_a_closed_pipe_is_quiet(workdir):

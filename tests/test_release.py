@@ -194,10 +194,31 @@ def test_a_budget_that_cannot_pay_a_page_asks_no_question(tmp_path, vitals_model
     assert records[14]["alarm_detail"]["run"] is not None and not ledger.span_charges("alarm_page")
 
 
-def test_runs_are_aligned_on_the_epoch_and_a_new_one_is_charged_past_its_span(tmp_path, vitals_model):
-    # A run's charges cover [open, next multiple of run_seconds); answering past it would be unpaid.
+def test_a_quiet_run_goes_on_past_its_boundary_and_counts_once_in_a_period(tmp_path, vitals_model):
+    # A quiet run's span grows boundary by boundary (epoch-aligned), so a period that
+    # straddles a boundary holds one threshold, not two.
     config = _config(tmp_path, run_seconds=1800)  # 6 windows
+    config = config.model_copy(update={"budget": config.budget.model_copy(update={"period_seconds": 3600.0})})
     records, ledger = _run(config, vitals_model, 24, [])
     runs = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_run")]
-    assert runs == [(3300.0, 3600.0), (3600.0, 5400.0), (5400.0, 7200.0)]
-    assert len({r["alarm_detail"]["run"] for r in records[11:]}) == 3
+    assert runs == [(3300.0, 7200.0)]
+    assert len({r["alarm_detail"]["run"] for r in records[11:]}) == 1
+    carried = [(i, c["span"]) for i, r in enumerate(records) for c in r["charges"] if c.get("carried_on")]
+    assert carried == [(12, [3300.0, 5400.0]), (18, [3300.0, 7200.0])]  # the first window past each boundary
+    b, a = config.budget, config.alarm
+    accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+    warmup = a.epsilon_baseline_warmup + a.epsilon_baseline_events
+    assert accountant.spent(5700.0)[0] == pytest.approx(warmup + a.epsilon_threshold)  # (2100, 5700]: both boundaries
+    assert accountant.spent(7200.0)[0] == pytest.approx(a.epsilon_threshold)  # the warm-up span has left
+
+
+def test_a_run_that_paged_ends_at_its_boundary_and_a_new_one_is_charged(tmp_path, vitals_model):
+    # Every page is charged over its run's whole span: a run that paged does not go on.
+    config = _config(tmp_path, run_seconds=1800)
+    surge = Surge(start=14, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
+    records, ledger = _run(config, vitals_model, 24, [surge])
+    assert records[14]["alarm_detail"]["state"] == "fired"
+    runs = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_run")]
+    pages = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_page")]
+    assert runs == [(3300.0, 5400.0), (5400.0, 7200.0)] and pages == [(3300.0, 5400.0)]
+    assert records[17]["alarm_detail"]["run"] != records[18]["alarm_detail"]["run"]

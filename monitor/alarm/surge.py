@@ -11,7 +11,8 @@ with T_i = threshold + z sqrt(tau n_bar) + rate_margin tau n_bar, n_bar the rele
 public numbers only. A run's threshold is paid when it opens, each page when it is
 given; quiet windows are free. A positive answer pages; the alarm then holds for
 ``hold_windows`` windows (answered "alarm" without a query, so a surge pages once and
-pays once) and resumes with the same run.
+pays once) and resumes with the same run. The caller decides how long a run lasts (the
+releaser: a quiet run goes on, one that has paged ends at its calendar boundary).
 
 Exactness: tau is rounded to a multiple of 1 / RESOLUTION (post-processing), so
 RESOLUTION a_i = RESOLUTION f_i - m n_i is an integer, and so is every comparison.
@@ -127,6 +128,11 @@ class SurgeAlarm:
         """Start run ``run_id``: call only after its charge is recorded."""
         self.svt.start()
         self.run = int(run_id)
+
+    @property
+    def has_paged(self) -> bool:
+        """The open run has given a page (its pages are charged over its whole span)."""
+        return self.svt.active and self.svt.positives > 0
 
     def close_run(self) -> None:
         """Forget the run (its span ended, or a restart)."""

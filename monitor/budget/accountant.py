@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from monitor.budget.composition import AccountantKind, Cost, fits, spend
 from monitor.budget.ledger import LedgerEntry, WindowLedger
 
@@ -169,21 +171,24 @@ class BudgetAccountant:
         lo = math.nextafter(span_start, math.inf)  # the first period end the new charge touches
         # (enters at, leaves when t - period reaches, cost): a window counts for t in [end, end + period).
         held = [(c.window_end, c.window_end, (c.epsilon, c.delta))
-                for c in self.ledger.charges(span_start - period, window_end) if c.epsilon > 0 or c.delta > 0]
+                for c in self.ledger.charges(span_start - period, window_end, paid_only=True)]
         held += [(math.nextafter(s, math.inf), e, (eps, d)) for _, _, s, e, eps, d in self.ledger.span_charges(after=span_start - period)
                  if s < window_end and (eps > 0 or d > 0)]
-        ends = {window_end} | {max(enter, lo) for enter, _, _ in held if enter <= window_end}
-        checked: set[frozenset] = set()  # periods holding the same charges compose alike (PLD is slow)
-        for t in sorted(ends):
-            counts: dict[Cost, int] = {}
-            for enter, leave, c in held:
-                if enter <= t and leave > t - period:
-                    counts[c] = counts.get(c, 0) + 1
-            key = frozenset(counts.items())
-            if key in checked:
-                continue
-            checked.add(key)
-            if not fits(_plus_one(counts, cost), self.accountant, self.epsilon, self.delta):
+        ends = np.array(sorted({window_end} | {max(enter, lo) for enter, _, _ in held if enter <= window_end}))
+        # A charge counts in the period ending at t iff enter <= t and leave > t - period.
+        # No charge has left by a t it has not entered (leave + period > enter), so per cost
+        # that is #(enter <= t) - #(leave <= t - period): two sorted searches instead of a
+        # pass over the charges per t (a quiet alarm run can go on for weeks, and this runs
+        # every window).
+        costs = sorted({c for _, _, c in held})
+        counts = np.zeros((ends.size, len(costs)), dtype=np.int64)
+        for j, c in enumerate(costs):
+            enter = np.sort([e for e, _, cc in held if cc == c])
+            leave = np.sort([x for _, x, cc in held if cc == c])
+            counts[:, j] = np.searchsorted(enter, ends, side="right") - np.searchsorted(leave, ends - period, side="right")
+        for row in np.unique(counts, axis=0):  # periods holding the same charges compose alike (PLD is slow)
+            held_now = {c: int(m) for c, m in zip(costs, row) if m}
+            if not fits(_plus_one(held_now, cost), self.accountant, self.epsilon, self.delta):
                 return False
         return True
 

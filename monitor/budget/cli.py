@@ -53,6 +53,7 @@ def _plan_report(config: Any, now: float) -> dict[str, Any]:
         "now": iso(now),
         "quiet_period_epsilon": plan.quiet_epsilon,
         "page_epsilon": plan.page_epsilon,
+        "one_page_period_epsilon": plan.one_page_epsilon,
         "pages_per_period": plan.pages_per_period,
         "summary": plan.summary(),
         "advice": plan.advice(),

@@ -220,12 +220,14 @@ class WindowLedger:
             ).fetchall()
         return [_entry(r) for r in rows]
 
-    def charges(self, after: float, upto: float) -> list[Charge]:
-        """Costs of released windows with ``after < window_end <= upto``, oldest first."""
+    def charges(self, after: float, upto: float, paid_only: bool = False) -> list[Charge]:
+        """Costs of released windows with ``after < window_end <= upto``, oldest first
+        (``paid_only``: without the free windows, most of a quiet stream)."""
+        paid = " AND (epsilon > 0 OR delta > 0)" if paid_only else ""
         with self._tx.read() as conn:
             rows = conn.execute(
                 "SELECT window_end, epsilon, delta FROM windows "
-                "WHERE status = 'released' AND window_end > ? AND window_end <= ? ORDER BY window_end",
+                f"WHERE status = 'released' AND window_end > ? AND window_end <= ?{paid} ORDER BY window_end",
                 (after, upto),
             ).fetchall()
         return [Charge(*r) for r in rows]
@@ -281,6 +283,15 @@ class WindowLedger:
                 "UPDATE charges SET span_end = max(span_start, min(span_end, ?)) WHERE charge_id = ?",
                 (float(span_end), int(charge_id)),
             )
+
+    def extend_charge(self, charge_id: int, span_end: float) -> None:
+        """Lengthen a span charge to end at ``span_end`` (a quiet alarm run that goes on).
+
+        Call it inside the ``transaction()`` of the window that decided it, so that the
+        longer span is durable before anything the run answers under it is published.
+        """
+        with self._tx.write() as conn:
+            conn.execute("UPDATE charges SET span_end = max(span_end, ?) WHERE charge_id = ?", (float(span_end), int(charge_id)))
 
     def span_charges(self, kind: str | None = None, after: float = -math.inf) -> list[tuple[int, str, float, float, float, float]]:
         """(charge_id, kind, span_start, span_end, epsilon, delta) of span charges ending after ``after``."""

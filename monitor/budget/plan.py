@@ -5,16 +5,18 @@ freely. ``monitor run`` logs it at start and ``monitor budget`` shows it.
 
 Every window is released: the alarm's quiet answers are free; an AboveThreshold run pays
 for its threshold when it opens and for each page when it is given. A rolling period
-touches the thresholds of the epoch-aligned runs it overlaps, the baseline estimates of
-its schedule and the scheduled reports; each page adds its own share and a detailed
-report. When a period's budget cannot pay for a page, the alarm says ``suppressed`` (and
-no report is released) until the oldest charge leaves the rolling period.
+touches the thresholds of the epoch-aligned runs it overlaps (one while no run pages: a
+quiet run goes on past its boundary), the baseline estimates of its schedule and the
+scheduled reports; each page adds its own share and a detailed report, and may end its
+run at the next boundary (one more threshold in the periods that straddle it). When a
+period's budget cannot pay for a page, the alarm says ``suppressed`` (and no report is
+released) until the oldest charge leaves the rolling period.
 
 >>> plan = BudgetPlan(period_seconds=86400, window_seconds=300, accountant="basic", epsilon=12.0, delta=1e-6,
 ...                   threshold_cost=(0.4, 0.0), runs_per_period=2, page_cost=(0.4, 0.0), baseline_cost=(0.1, 0.0),
 ...                   baselines_per_period=1, report_cost=(0.8, 1.1e-9))
 >>> round(plan.quiet_epsilon, 2), plan.pages_per_period
-(0.9, 9)
+(0.5, 9)
 """
 
 from __future__ import annotations
@@ -82,9 +84,15 @@ class BudgetPlan:
     report_on_page: bool = True
     alarm_enabled: bool = True
 
+    def runs(self, pages: int) -> int:
+        """Alarm runs a period with ``pages`` pages touches at most: a quiet run goes on past
+        its boundary, so a period without a page holds one; a run that paged ends at its
+        boundary, so each page can bring one more, up to ``runs_per_period``."""
+        return min(pages + 1, self.runs_per_period)
+
     def _charges(self, pages: int) -> dict[Cost, int]:
         counts: dict[Cost, int] = {}
-        for cost, n in ((self.threshold_cost, self.runs_per_period if self.alarm_enabled else 0),
+        for cost, n in ((self.threshold_cost, self.runs(pages) if self.alarm_enabled else 0),
                         (self.page_cost, pages if self.alarm_enabled else 0),
                         (self.baseline_cost, self.baselines_per_period if self.alarm_enabled else 0),
                         (self.report_cost, self.scheduled_reports_per_period + (pages if self.report_on_page else 0))):
@@ -103,6 +111,12 @@ class BudgetPlan:
     @property
     def quiet_fits(self) -> bool:
         return self._fits(0)
+
+    @property
+    def one_page_epsilon(self) -> float:
+        """Epsilon of a period with one page: the page and its report, and the next run's
+        threshold when its run ends within the period."""
+        return spend(self._charges(1), self.accountant, self.delta)[0]
 
     @property
     def page_epsilon(self) -> float:
@@ -125,7 +139,7 @@ class BudgetPlan:
     def summary(self) -> str:
         """One sentence: what a quiet period costs and how many pages the budget pays for."""
         head = (f"a {duration(self.period_seconds)} period without a page costs epsilon {self.quiet_epsilon:.3g} "
-                f"({self.runs_per_period} alarm run threshold(s) of {self.threshold_cost[0]:g}, {self.baselines_per_period} baseline estimate(s) of "
+                f"({self.runs(0)} alarm run threshold(s) of {self.threshold_cost[0]:g}, {self.baselines_per_period} baseline estimate(s) of "
                 f"{self.baseline_cost[0]:g}, {self.scheduled_reports_per_period} scheduled report(s) of {self.report_cost[0]:g}); "
                 f"each page adds about {self.page_epsilon:.3g}; the budget ({self.accountant}, epsilon {self.epsilon:g}, "
                 f"delta {self.delta:.2g}) pays for ")
@@ -138,7 +152,7 @@ class BudgetPlan:
         """How to afford at least one page per period (empty when the budget already does)."""
         if self.pages_per_period >= 1:
             return ""
-        need = self.quiet_epsilon + self.page_epsilon
+        need = self.one_page_epsilon
         return (f"To page at least once per period set budget.epsilon to about {need * 1.01:.3g}, or lower the alarm's "
                 "and the reports' epsilons, or schedule fewer baseline estimates and reports")
 
@@ -149,7 +163,8 @@ def plan_from_config(config) -> BudgetPlan:
     return BudgetPlan(
         period_seconds=b.period_seconds, window_seconds=config.window.size_seconds, accountant=b.accountant,
         epsilon=b.epsilon, delta=b.delta, threshold_cost=(a.epsilon_threshold, 0.0),
-        # A rolling period not aligned on the runs (or the baseline spans) overlaps one more of them.
+        # A rolling period not aligned on the runs (or the baseline spans) overlaps one more of
+        # them (runs: once a run has paged and ended at its boundary).
         runs_per_period=math.ceil(b.period_seconds / a.run_seconds - 1e-9) + 1, page_cost=(a.epsilon_page, 0.0),
         baseline_cost=(a.baseline_epsilon, 0.0),
         baselines_per_period=math.ceil(b.period_seconds / a.baseline_refresh_seconds - 1e-9) + 1,
