@@ -140,7 +140,7 @@ def test_cores_of_masked_subgraphs_match_the_reference(block, monkeypatch):
     if block:
         monkeypatch.setattr("monitor.outliers._geometry._PAIR_BLOCK", block)
     rng = np.random.default_rng(12)
-    for trial in range(40):
+    for trial in range(40 if block is None else 12):  # tiny blocks are slow; the same code path
         n = int(rng.integers(2, 40))
         m = int(rng.integers(1, n * (n - 1) // 2 + 1))
         pairs = sorted({tuple(sorted(rng.choice(n, 2, replace=False).tolist())) for _ in range(m)})
