@@ -459,16 +459,16 @@ class _Cores:
         c-core) and, for each, its neighbours among them."""
         alive = mask & (self.core >= c)
         deg = np.zeros(self.n, dtype=np.int64)
-        for rows, near, lens in self._neighbours(np.flatnonzero(alive)):
+        for rows, near, lens, ends in self._neighbours(np.flatnonzero(alive)):
             inside = np.zeros(near.size + 1, dtype=np.int64)
             np.cumsum(alive[near], out=inside[1:])
-            ends = np.cumsum(lens)
             deg[rows] = inside[ends] - inside[ends - lens]
         return alive, deg
 
     def _neighbours(self, rows: np.ndarray):
-        """(rows, their CSR slices concatenated, the slices' lengths), in blocks of about
-        _PAIR_BLOCK neighbours: all the slices of 10^6 rows at once need gigabytes."""
+        """(rows, their CSR slices concatenated, the slices' lengths, where each slice ends
+        in the concatenation), in blocks of about _PAIR_BLOCK neighbours: all the slices of
+        10^6 rows at once need gigabytes."""
         start = self.indptr[rows]
         lens = self.indptr[rows + 1] - start
         ends = np.cumsum(lens)
@@ -476,8 +476,9 @@ class _Cores:
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, rows.size]):
             if hi > lo:
                 part = lens[lo:hi]
-                idx = np.arange(int(part.sum())) + np.repeat(start[lo:hi] - (np.cumsum(part) - part), part)
-                yield rows[lo:hi], self.nbrs[idx], part
+                part_ends = np.cumsum(part)
+                idx = np.arange(int(part_ends[-1])) + np.repeat(start[lo:hi] - (part_ends - part), part)
+                yield rows[lo:hi], self.nbrs[idx], part, part_ends
 
     def _peel(self, alive: np.ndarray, deg: np.ndarray, c: int, removed_at: np.ndarray | None = None) -> int:
         """Remove from ``alive`` every vertex outside the c-core of the subgraph it
@@ -489,7 +490,7 @@ class _Cores:
             if removed_at is not None:
                 removed_at[drop] = c - 1
             below = [np.zeros(0, dtype=self.nbrs.dtype)]
-            for _, near, _ in self._neighbours(drop):
+            for _, near, _, _ in self._neighbours(drop):
                 near = near[alive[near]]
                 np.subtract.at(deg, near, 1)
                 below.append(near[deg[near] < c])
