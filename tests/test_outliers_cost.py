@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.outliers import smooth_sensitivity
+from monitor.outliers import _compiled, smooth_sensitivity
 from monitor.outliers._geometry import (
     EDGE_FACTOR,
     GRID_MAX_DIM,
@@ -64,6 +64,25 @@ def test_close_pairs_finds_exactly_the_pairs_the_predicate_accepts(d, block, mon
         assert len(got) == len(set(got))  # each pair once, also when both halves propose it
         assert set(got) == _brute_pairs(P, threshold)
         assert np.array_equal(d2, sq_dist(P[a], P[b]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(2, 6).flatmap(lambda d: st.lists(
+    st.lists(st.floats(-1e6, 1e6, allow_subnormal=True) | st.sampled_from([0.0, -0.0, 0.1, 0.1 + 2**-56, 1 / 3]),
+             min_size=d, max_size=d), min_size=2, max_size=6)))
+def test_compiled_squared_distance_has_the_bits_of_sq_dist(rows):
+    # The compiled pair check decides the edge predicate: it must compute sq_dist's exact
+    # float (same operations, same order, no FMA), or a pair at the threshold could flip.
+    P = np.array(rows, dtype=float)
+    pairs = np.array([(i, j) for i in range(len(P)) for j in range(i + 1, len(P))], dtype=np.int64)
+    want = sq_dist(P[pairs[:, 0]], P[pairs[:, 1]])
+    a, b, d2 = _compiled.close_pairs_block(P, pairs, np.arange(len(P)), math.inf, np.empty(len(pairs)))
+    assert np.array_equal(d2.view(np.int64), want.view(np.int64))
+    for t in want:  # at exactly its own value a pair passes; one ulp below, it fails
+        a, b, d2 = _compiled.close_pairs_block(P, pairs, np.arange(len(P)), float(t), np.empty(len(pairs)))
+        assert set(d2.tolist()) == {x for x in want.tolist() if x <= t}
+        a, b, _ = _compiled.close_pairs_block(P, pairs, np.arange(len(P)), float(np.nextafter(t, -np.inf)), np.empty(len(pairs)))
+        assert len(a) == np.count_nonzero(want < t)
 
 
 @pytest.mark.parametrize("d", [GRID_MAX_DIM + 1, 5, SPLIT_MIN_DIM, 10])
@@ -132,21 +151,20 @@ def _core_numbers_reference(n: int, edges: list[tuple[int, int]]) -> list[int]:
     return core
 
 
-@pytest.mark.parametrize("block", [None, 3])
-def test_cores_of_masked_subgraphs_match_the_reference(block, monkeypatch):
+@pytest.mark.parametrize("relabel", [False, True])
+def test_cores_of_masked_subgraphs_match_the_reference(relabel):
     # Core numbers of the whole graph, and the degeneracy and every c-core's emptiness of
-    # induced subgraphs (the searches start from the whole graph's cores). Block 3: the
-    # neighbour lists gathered a few at a time (memory bound on huge windows), same cores.
-    if block:
-        monkeypatch.setattr("monitor.outliers._geometry._PAIR_BLOCK", block)
+    # induced subgraphs (the searches start from the whole graph's cores). Relabelled:
+    # the compiled peels run on vertices in another order (BallPacking's spatial order),
+    # the answers stay in the caller's labels.
     rng = np.random.default_rng(12)
-    for trial in range(40 if block is None else 12):  # tiny blocks are slow; the same code path
+    for trial in range(40):
         n = int(rng.integers(2, 40))
         m = int(rng.integers(1, n * (n - 1) // 2 + 1))
         pairs = sorted({tuple(sorted(rng.choice(n, 2, replace=False).tolist())) for _ in range(m)})
         a = np.array([p[0] for p in pairs], dtype=np.int64)
         b = np.array([p[1] for p in pairs], dtype=np.int64)
-        cores = _Cores(n, a, b)
+        cores = _Cores(n, a, b, order=rng.permutation(n) if relabel else None)
         assert cores.core.tolist() == _core_numbers_reference(n, pairs)
         for _ in range(5):
             mask = rng.random(n) < rng.uniform(0.2, 1.0)
@@ -234,3 +252,24 @@ def test_top_subspace_counts_equal_the_two_calls_and_count_each_candidate_once(m
     monkeypatch.setattr(mechanisms, "count_outliers", lambda *a, **kw: calls.append(a[3]) or real(*a, **kw))
     private_top_subspace_counts(X, 3, 0.05, 3, 1.0, 0.5, 1e-6, cands[:6], rng=0)  # all global (<= 2-D)
     assert sorted(calls) == sorted(cands[:6])
+
+
+def test_compiled_loops_work_where_numba_cannot_cache(tmp_path):
+    # A read-only install with no writable home: numba refuses to cache; the loops are
+    # then compiled in memory instead of failing at import.
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numba.core.caching as c\n"
+        "def refuse(self): raise OSError('read-only')\n"
+        "for cls in c.CacheImpl._locator_classes: cls.ensure_cache_path = refuse\n"
+        "import numpy as np\n"
+        "from monitor.outliers import _compiled as k\n"
+        "print(k.peel(*k.adjacency(3, np.array([0, 1]), np.array([1, 2])), np.ones(3, bool), 1))\n"
+    )
+    env = dict(os.environ, HOME=str(tmp_path / "missing"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "3"

@@ -256,6 +256,8 @@ def close_pairs(P: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray
     else:
         h = d // 2
         halves = [(slice(0, h), reach / math.sqrt(2)), (slice(h, d), reach / math.sqrt(2))]
+    from monitor.outliers import _compiled  # numba: imported on the first search, not by every command
+
     a, b, d2 = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0)]
     for cols, radius in halves:
         # The search and the predicate's gathers run on a copy of the rows stored in the
@@ -265,14 +267,13 @@ def close_pairs(P: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray
         Po = P[order]
         pairs = cKDTree(np.ascontiguousarray(Po[:, cols]), **_PAIR_TREE).query_pairs(
             radius, output_type="ndarray").reshape(-1, 2)
-        # Candidates come in blocks: a 10^6-row 10-D window proposes ~10^8 of them, and
-        # their coordinates at once would need tens of GB.
+        scratch = np.empty(min(len(pairs), _PAIR_BLOCK))
+        # Candidates are checked in blocks: a 10^6-row 10-D window proposes ~10^8 of them,
+        # and a block bounds the scratch distances and the passing pairs held at once.
         for lo in range(0, len(pairs), _PAIR_BLOCK):
-            block = pairs[lo:lo + _PAIR_BLOCK]
-            dist = sq_dist(Po[block[:, 0]], Po[block[:, 1]])  # symmetric: (x - y)^2 = (y - x)^2 exactly
-            ok = dist <= threshold
-            ia, ib = order[block[ok, 0]], order[block[ok, 1]]
-            a.append(np.minimum(ia, ib)), b.append(np.maximum(ia, ib)), d2.append(dist[ok])
+            # sq_dist compiled (same bits; symmetric: (x - y)^2 = (y - x)^2 exactly).
+            ia, ib, dist = _compiled.close_pairs_block(Po, pairs[lo:lo + _PAIR_BLOCK], order, float(threshold), scratch)
+            a.append(ia), b.append(ib), d2.append(dist)
         del pairs, Po
     a, b, d2 = np.concatenate(a), np.concatenate(b), np.concatenate(d2)
     if len(halves) > 1:  # a pair close in both halves was proposed twice
@@ -329,12 +330,13 @@ class BallPacking:
             return
         # ``edges``: the edge predicate's pairs among P, when a search already found them.
         self.a, self.b = edges if edges is not None else close_pairs(P, EDGE_FACTOR * (4 * r * r))[:2]
+        self._P = P
         self._seen: list[tuple[np.ndarray, int, int | None]] = []  # (mask, lo, hi): lo <= F(mask) <= hi
         self._graph: _Cores | None = None
 
     def _cores(self) -> "_Cores":
         if self._graph is None:  # built on the first mask that needs a graph search
-            self._graph = _Cores(self.n, self.a, self.b)
+            self._graph = _Cores(self.n, self.a, self.b, order=cKDTree(self._P, **_PAIR_TREE).indices)
         return self._graph
 
     def count(self, mask: np.ndarray) -> int:
@@ -396,107 +398,62 @@ class BallPacking:
 class _Cores:
     """k-cores of the subgraphs that vertex masks induce on one fixed graph.
 
-    The adjacency is kept in CSR form, so peeling a vertex touches only its own edges,
-    and the core number of every vertex in the whole graph is found once: a subgraph's
-    c-core lies inside the whole graph's c-core, so a search for it starts from there
-    instead of peeling the whole graph again (on diffuse 10^6-row windows, where the
-    smooth bound asks about 60 such questions, this was most of the release).
+    The adjacency is kept in CSR form and the core number of every vertex in the whole
+    graph is found once: a subgraph's c-core lies inside the whole graph's c-core, so a
+    question about it starts from there instead of from the whole mask. The peels run
+    compiled (``monitor.outliers._compiled``): on diffuse 10^6-row windows, where the smooth
+    bound asks about 40 such questions of an 8 x 10^7-edge graph, they were most of the
+    release in numpy.
     """
 
-    def __init__(self, n: int, a: np.ndarray, b: np.ndarray) -> None:
-        from scipy.sparse import coo_array
+    def __init__(self, n: int, a: np.ndarray, b: np.ndarray, order: np.ndarray | None = None) -> None:
+        from monitor.outliers import _compiled
 
-        ends = (np.concatenate([a, b]), np.concatenate([b, a]))
-        coo = coo_array((np.ones(2 * a.size, dtype=np.int8), ends), shape=(n, n))
-        # The pairs are distinct: nothing to sum, and the order within a row does not
-        # matter, so the conversion skips sorting every row (half its time on 10^8 edges).
-        coo.has_canonical_format = True
-        adjacency = coo.tocsr()
-        self.n, self.indptr, self.nbrs = n, adjacency.indptr.astype(np.int64), adjacency.indices
-        del adjacency, coo, ends
-        self._mark = np.zeros(n, dtype=np.int64)  # scratch for removing repeats in _peel
-        self.core = np.zeros(n, dtype=np.int64)
-        alive, deg = np.ones(n, dtype=bool), np.diff(self.indptr)
-        c, left = 0, n
-        while left:  # vertices peeled on the way to the (c+1)-core have core number c
-            c += 1
-            left = self._peel(alive, deg, c, removed_at=self.core)
+        # The vertices are relabelled in ``order`` (the rows in a kd-tree's leaf order:
+        # neighbours get nearby labels), so the peels' degree updates stay near each
+        # other in memory: on 10^6 rows the whole graph's cores take half the time.
+        self._order = None if order is None else np.asarray(order, dtype=np.int64)
+        if self._order is not None:
+            rank = np.empty(n, dtype=np.int64)
+            rank[self._order] = np.arange(n)
+            a, b = rank[a], rank[b]
+        self._kernels, self.n = _compiled, n
+        self.indptr, self.nbrs = _compiled.adjacency(n, np.asarray(a, np.int64), np.asarray(b, np.int64))
+        self._core = _compiled.core_numbers(self.indptr, self.nbrs, np.ones(n, dtype=bool))
+
+    @property
+    def core(self) -> np.ndarray:
+        """Core number of each vertex in the whole graph (in the caller's labels)."""
+        if self._order is None:
+            return self._core
+        out = np.empty(self.n, dtype=np.int64)
+        out[self._order] = self._core
+        return out
+
+    def _local(self, mask: np.ndarray) -> np.ndarray:
+        return mask if self._order is None else mask[self._order]
 
     def top(self, mask: np.ndarray) -> int:
         """An upper bound on the degeneracy of the subgraph of ``mask``: its largest core number."""
-        return int(self.core[mask].max(initial=0))
+        return int(self._core[self._local(mask)].max(initial=0))
 
     def degeneracy(self, mask: np.ndarray, lo: int = 1, hi: int | None = None) -> int:
         """Largest c with a non-empty c-core in the subgraph of ``mask``, given lo <= c
         (and c <= hi when given).
 
-        Large c-cores are small, so the search tests c from the top down in doubling
-        steps (each test peels only rows of the whole graph's c-core), then climbs from
-        the first non-empty core found, peeling what is left one step at a time.
+        For c >= lo the c-cores of the mask's subgraph are those of the subgraph induced
+        by its rows in the whole graph's lo-core, so the core numbers of that smaller
+        subgraph settle it in one pass.
         """
         hi = self.top(mask) if hi is None else min(hi, self.top(mask))
         if lo >= hi:
             return lo
-        c, step = hi, 1
-        while True:
-            alive, deg = self._start(mask, c)
-            if self._peel(alive, deg, c) or c == lo:
-                break
-            hi, c, step = c - 1, max(lo, c - step), 2 * step
-        while c < hi and self._peel(alive, deg, c + 1):
-            c += 1
-        return c
+        alive = self._local(mask) & (self._core >= lo)
+        return max(lo, int(self._kernels.core_numbers(self.indptr, self.nbrs, alive).max(initial=0)))
 
     def core_is_empty(self, mask: np.ndarray, c: int) -> bool:
         """Whether the subgraph of ``mask`` has an empty c-core."""
         if self.top(mask) < c:
             return True
-        alive, deg = self._start(mask, c)
-        return self._peel(alive, deg, c) == 0
-
-    def _start(self, mask: np.ndarray, c: int) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of ``mask`` that may be in its c-core (those in the whole graph's
-        c-core) and, for each, its neighbours among them."""
-        alive = mask & (self.core >= c)
-        deg = np.zeros(self.n, dtype=np.int64)
-        for rows, near, lens, ends in self._neighbours(np.flatnonzero(alive)):
-            inside = np.zeros(near.size + 1, dtype=np.int64)
-            np.cumsum(alive[near], out=inside[1:])
-            deg[rows] = inside[ends] - inside[ends - lens]
-        return alive, deg
-
-    def _neighbours(self, rows: np.ndarray):
-        """(rows, their CSR slices concatenated, the slices' lengths, where each slice ends
-        in the concatenation), in blocks of about _PAIR_BLOCK neighbours: all the slices of
-        10^6 rows at once need gigabytes."""
-        start = self.indptr[rows]
-        lens = self.indptr[rows + 1] - start
-        ends = np.cumsum(lens)
-        cuts = np.searchsorted(ends, np.arange(_PAIR_BLOCK, int(ends[-1]) if ends.size else 0, _PAIR_BLOCK), side="right")
-        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, rows.size]):
-            if hi > lo:
-                part = lens[lo:hi]
-                part_ends = np.cumsum(part)
-                idx = np.arange(int(part_ends[-1])) + np.repeat(start[lo:hi] - (part_ends - part), part)
-                yield rows[lo:hi], self.nbrs[idx], part, part_ends
-
-    def _peel(self, alive: np.ndarray, deg: np.ndarray, c: int, removed_at: np.ndarray | None = None) -> int:
-        """Remove from ``alive`` every vertex outside the c-core of the subgraph it
-        induces, keeping ``deg`` (alive neighbours of each alive vertex) exact; returns
-        the number of vertices left. ``removed_at`` receives c - 1 for each vertex removed."""
-        drop = np.flatnonzero(alive & (deg < c))
-        while drop.size:
-            alive[drop] = False
-            if removed_at is not None:
-                removed_at[drop] = c - 1
-            below = [np.zeros(0, dtype=self.nbrs.dtype)]
-            for _, near, _, _ in self._neighbours(drop):
-                near = near[alive[near]]
-                np.subtract.at(deg, near, 1)
-                below.append(near[deg[near] < c])
-            near = np.concatenate(below)
-            # Each vertex once: whichever position its mark keeps, exactly one matches.
-            pos = np.arange(near.size)
-            self._mark[near] = pos
-            drop = near[self._mark[near] == pos]
-        return int(np.count_nonzero(alive))
+        alive = self._local(mask) & (self._core >= c)
+        return self._kernels.peel(self.indptr, self.nbrs, alive, c) == 0
