@@ -269,16 +269,14 @@ class WindowReleaser:
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
                     run_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
                     self.alarm.open_run(run_id)
-                    charges.append({"kind": "alarm_run", "run": run_id, "epsilon": cost[0], "delta": 0.0,
-                                    "span": list(self._run_span)})
+                    charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
             can_page = self.alarm.run is not None and self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0))
             answer = self.alarm.answer_one(alarm_flagged, n, self.baseline.estimate, can_page=can_page)
             if answer.state == "fired":
                 self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
-                charges.append({"kind": "alarm_page", "run": answer.run, "epsilon": a.epsilon_page, "delta": 0.0,
-                                "span": list(self._run_span)})
+                charges.append(self._run_charge("alarm_page", a.epsilon_page))
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
         # and still leaves room for the next alarm run.
@@ -337,8 +335,11 @@ class WindowReleaser:
             return
         self._run_span = (self._run_span[0], _run_end(window.end, a.run_seconds))
         self.ledger.extend_charge(self.alarm.run, self._run_span[1])
-        charges.append({"kind": "alarm_run", "run": self.alarm.run, "epsilon": cost[0], "delta": 0.0,
-                        "span": list(self._run_span), "carried_on": True})
+        charges.append({**self._run_charge("alarm_run", cost[0]), "carried_on": True})
+
+    def _run_charge(self, kind: str, epsilon: float) -> dict:
+        """The alert record's entry for a charge over the open run's span (pure DP)."""
+        return {"kind": kind, "run": self.alarm.run, "epsilon": epsilon, "delta": 0.0, "span": list(self._run_span)}
 
     def _report(self, window: ClosedWindow, flagged: np.ndarray) -> dict:
         cfg = self.config

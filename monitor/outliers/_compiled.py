@@ -99,70 +99,22 @@ def _degrees(indptr: np.ndarray, nbrs: np.ndarray, alive: np.ndarray) -> np.ndar
 
 
 @_jit
-def core_numbers(indptr: np.ndarray, nbrs: np.ndarray, alive: np.ndarray) -> np.ndarray:
-    """Core number of every vertex in the subgraph ``alive`` induces (0 outside it).
+def _remove_below(indptr: np.ndarray, nbrs: np.ndarray, alive: np.ndarray, deg: np.ndarray, c: int,
+                  stack: np.ndarray, core: np.ndarray) -> int:
+    """Remove from ``alive`` every vertex outside the c-core, given ``deg`` (alive
+    neighbours of each alive vertex, kept exact); record c - 1 in ``core`` for each vertex
+    removed and return how many were.
 
-    Peeled level by level: the vertices removed on the way to the c-core have core
-    number c - 1. Each level scans the vertices once (a few hundred levels on the largest
-    windows), and every removal touches its own edges once, in the order of the vertex
-    labels, which keeps the degree updates near each other in memory when the labels
-    follow space (as ``_Cores`` arranges) where the bucket algorithm jumps between buckets.
-    """
-    n = alive.size
-    deg = _degrees(indptr, nbrs, alive)
-    core = np.zeros(n, np.int64)
-    left_mask = alive.copy()
-    stack = np.empty(n, np.int64)
-    left = 0
-    for v in range(n):
-        if left_mask[v]:
-            left += 1
-    c = 0
-    while left:
-        c += 1
-        top = 0
-        for v in range(n):
-            if left_mask[v] and deg[v] < c:
-                left_mask[v] = False
-                core[v] = c - 1
-                stack[top] = v
-                top += 1
-        left -= top
-        while top:
-            top -= 1
-            v = stack[top]
-            for j in range(indptr[v], indptr[v + 1]):
-                u = nbrs[j]
-                if left_mask[u]:
-                    deg[u] -= 1
-                    if deg[u] < c:
-                        left_mask[u] = False
-                        core[u] = c - 1
-                        left -= 1
-                        stack[top] = u
-                        top += 1
-    return core
-
-
-@_jit
-def peel(indptr: np.ndarray, nbrs: np.ndarray, alive: np.ndarray, c: int) -> int:
-    """Remove from ``alive`` (in place) every vertex outside the c-core of the subgraph it
-    induces; return the number of vertices left."""
-    n = alive.size
-    deg = _degrees(indptr, nbrs, alive)
-    stack = np.empty(n, np.int64)
-    top, left = 0, 0
-    for v in range(n):
-        if alive[v]:
-            left += 1
-            if deg[v] < c:
-                stack[top] = v
-                top += 1
-    # A vertex leaves ``alive`` when it is stacked, so it is stacked once; its
-    # neighbours lose it when it is taken off the stack.
-    for i in range(top):
-        alive[stack[i]] = False
-    left -= top
+    A vertex leaves ``alive`` when it is stacked, so it is stacked once; its neighbours
+    lose it when it is taken off the stack."""
+    top = 0
+    for v in range(alive.size):
+        if alive[v] and deg[v] < c:
+            alive[v] = False
+            core[v] = c - 1
+            stack[top] = v
+            top += 1
+    removed = top
     while top:
         top -= 1
         v = stack[top]
@@ -172,7 +124,40 @@ def peel(indptr: np.ndarray, nbrs: np.ndarray, alive: np.ndarray, c: int) -> int
                 deg[u] -= 1
                 if deg[u] < c:
                     alive[u] = False
-                    left -= 1
+                    core[u] = c - 1
+                    removed += 1
                     stack[top] = u
                     top += 1
-    return left
+    return removed
+
+
+@_jit
+def core_numbers(indptr: np.ndarray, nbrs: np.ndarray, alive: np.ndarray) -> np.ndarray:
+    """Core number of every vertex in the subgraph ``alive`` induces (0 outside it).
+
+    Peeled level by level: the vertices removed on the way to the c-core have core
+    number c - 1. Each level scans the vertices once (a few hundred levels on the largest
+    windows), and every removal touches its own edges once, in the order of the vertex
+    labels, which keeps the degree updates near each other in memory when the labels
+    follow space (as ``_Cores`` arranges).
+    """
+    left_mask = alive.copy()
+    deg = _degrees(indptr, nbrs, left_mask)
+    core = np.zeros(alive.size, np.int64)
+    stack = np.empty(alive.size, np.int64)
+    left, c = np.count_nonzero(left_mask), 0
+    while left:
+        c += 1
+        left -= _remove_below(indptr, nbrs, left_mask, deg, c, stack, core)
+    return core
+
+
+@_jit
+def peel(indptr: np.ndarray, nbrs: np.ndarray, alive: np.ndarray, c: int) -> int:
+    """Remove from ``alive`` (in place) every vertex outside the c-core of the subgraph it
+    induces; return the number of vertices left."""
+    deg = _degrees(indptr, nbrs, alive)
+    left = np.count_nonzero(alive)
+    stack = np.empty(alive.size, np.int64)
+    unused_core = np.empty(alive.size, np.int64)  # _remove_below records core numbers; not needed here
+    return left - _remove_below(indptr, nbrs, alive, deg, c, stack, unused_core)
