@@ -156,7 +156,7 @@ def test_sparse_tail_values_follow_the_laplace_tail_in_production():
 
     v = _laplace_tail(noise_source(None), 2.0, 7.5, 3000)
     assert v.size == 3000 and np.all(v > 7.5)
-    assert stats.kstest(v - 7.5, "expon", args=(0, 2.0)).pvalue > 0.001
+    assert stats.kstest(v - 7.5, "expon", args=(0, 2.0)).pvalue > 1e-6  # unseeded: fails once in a million runs
 
 
 def test_preprocessing_uses_public_bounds_only():
