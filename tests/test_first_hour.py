@@ -149,7 +149,9 @@ def test_embedded_run_says_what_it_costs_and_a_second_monitor_cannot_share_its_l
         assert "IN MEMORY ONLY" in text and "lost" in text
         assert "budget plan:" in text and "pays for" in text
         # when the first window is released, in the same ISO UTC format as `monitor budget`
-        wait_for(lambda: "is released at" in log.read_text(), 30, "the first window's time")
+        # Stage 2 announces it once the internal topic is read to its end, which may wait out
+        # its 30 s catch-up timeout after a rebalance (seen once in CI at a window boundary).
+        wait_for(lambda: "is released at" in log.read_text(), 45, "the first window's time")
         text = log.read_text()
         assert re.search(r"first window \[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, \S+Z\) \(.*\) is released at \S+Z", text), text
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (INFO|WARNING) ", text), text[:200]
