@@ -331,6 +331,7 @@ def test_stop_policy_decides_the_fate_of_the_current_window(kafka_bootstrap, mod
 def test_last_release_time_survives_a_restart(kafka_bootstrap, model_path, tmp_path):
     """The no-release alert needs the last release time from the ledger, not 0, after a restart."""
     cfg = make_config(tmp_path, model_path, size=600.0)
+    _clear_of_window_close(600.0)  # a window released while it runs would move the timestamp
     start_w = (time.time() // 600) * 600 - 600
     value = {"value": 1.0, "epsilon": 0.4, "delta": 1e-6, "mechanism": "laplace_smooth"}
     payload = json.dumps({"window_start": start_w, "window_end": start_w + 600, "released_at": 1763700123.5,
