@@ -47,6 +47,7 @@ PRIVACY = {
     "dp_monitor_report_event_count": "DP release",
     "dp_monitor_report_flagged_count": "DP release",
     "dp_monitor_report_outlier_count": "DP release",
+    "dp_monitor_report_count_accuracy": "config (published with a report: post-processing of the alarm's answers)",
     "dp_monitor_report_subspace_count": "DP release",
     "dp_monitor_report_top_grid_flagged_count": "DP release",
     "dp_monitor_report_window_end_timestamp_seconds": "DP release (post-processing: when the alarm paged)",

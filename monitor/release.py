@@ -38,9 +38,10 @@ __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
 
 
 def _public(release) -> dict:
-    # Only the four public fields, whatever a mechanism's release type carries besides.
+    # Only the public fields, whatever a mechanism's release type carries besides.
+    accuracy = None if release.accuracy is None else float(release.accuracy)
     return {"value": float(release.value), "epsilon": float(release.epsilon),
-            "delta": float(release.delta), "mechanism": str(release.mechanism)}
+            "delta": float(release.delta), "mechanism": str(release.mechanism), "accuracy": accuracy}
 
 
 def release_report(

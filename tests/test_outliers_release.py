@@ -30,7 +30,8 @@ def test_release_is_frozen_and_hides_sensitivity(window):
     rel = private_count(window, k=3, r=0.05, epsilon=1.0, delta=1e-6, mechanism="laplace", rng=0)
     assert isinstance(rel, CountRelease) and isinstance(rel, Release)
     fields = {f.name for f in dataclasses.fields(rel)}
-    assert fields == {"value", "epsilon", "delta", "mechanism", "subspace"}
+    assert fields == {"value", "epsilon", "delta", "mechanism", "accuracy", "subspace"}
+    assert rel.accuracy is None  # the smooth bound's scale follows the window: never published
     with pytest.raises(dataclasses.FrozenInstanceError):
         rel.value = 0.0
     assert rel.as_dict()["mechanism"] == "laplace_smooth"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,15 @@ from monitor.budget import BudgetAccountant, WindowLedger
 from monitor.config import ReportSettings, parse_config
 from monitor.data.traffic import Surge, Traffic
 from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
+from monitor.dp import laplace_count
 from monitor.model import GridKNN
-from monitor.outliers import candidate_subspaces
+from monitor.outliers import candidate_subspaces, global_sensitivity_bound, private_count
 from monitor.release import WindowReleaser, release_report
 from monitor.stream.windows import ClosedWindow
 
 NAMES = ["hr", "spo2", "temp"]
 MECHANISMS = {"laplace_global", "laplace_smooth", "gaussian_smooth", "student_t_smooth_snapped"}
+PUBLIC_FIELDS = {"value", "epsilon", "delta", "mechanism", "accuracy"}  # no true value, no data-dependent scale
 
 
 @pytest.fixture
@@ -47,13 +50,31 @@ def test_report_shape_and_total_cost(window):
     assert [t["rank"] for t in rec["top_subspaces"]] == [1, 2]
     for t in rec["top_subspaces"]:
         assert t["features"] == [NAMES[i] for i in t["subspace"]]
-        assert set(t["count"]) == {"value", "epsilon", "delta", "mechanism"}
+        assert set(t["count"]) == PUBLIC_FIELDS
     assert rec["top_grid"]["selection"]["epsilon"] == settings.epsilon_grids
     parts = [rec["outlier_count"], rec["flagged_count"], rec["event_count"], rec["top_grid"]["flagged_count"]] + \
         [t["count"] for t in rec["top_subspaces"]]
     assert rec["epsilon"] == pytest.approx(sum(p["epsilon"] for p in parts) + rec["top_subspaces_epsilon"] + settings.epsilon_grids)
     assert (rec["epsilon"], rec["delta"]) == settings.cost(len(NAMES), 2)
+    for p in parts:  # a public interval only where the noise scale is public
+        assert (p["accuracy"] is None) == (p["mechanism"] != "laplace_global"), p
+    assert rec["flagged_count"]["accuracy"] == pytest.approx(math.log(20) / settings.epsilon_flagged)
     json.dumps(rec)  # plain JSON types only
+
+
+def test_accuracy_is_the_noise_95_percent_interval_and_never_data_dependent():
+    # laplace_count: scale 1/epsilon, so +-ln(20)/epsilon holds 95 % of the draws.
+    rels = [laplace_count(50, 0.5, rng=np.random.default_rng(s)) for s in range(4000)]
+    acc = rels[0].accuracy
+    assert acc == pytest.approx(math.log(20) / 0.5)
+    inside = np.mean([abs(r.value - 50) <= acc for r in rels])
+    assert 0.94 < inside < 0.96
+    # The global outlier count: the public sensitivity bound over epsilon.
+    X = np.random.default_rng(0).random((200, 2))
+    glob = private_count(X, 3, 0.05, 1.0, 1e-6, mechanism="global", rng=1)
+    assert glob.accuracy == pytest.approx(global_sensitivity_bound(3, 2) * math.log(20))
+    # Smooth sensitivity: the scale follows the window, so no interval is published.
+    assert private_count(X, 3, 0.05, 1.0, 1e-6, mechanism="laplace", rng=1).accuracy is None
 
 
 def test_seeded_report_is_reproducible_and_unseeded_is_not(window):

@@ -149,7 +149,8 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
         assert r["released_at"] == r["window_end"] + cfg.window.allowed_lateness_seconds + cfg.window.publish_delay_seconds
         assert alert.timestamp == int(round(r["released_at"] * 1000))
         for field in ("outlier_count", "flagged_count", "event_count"):
-            assert set(report[field]) == {"value", "epsilon", "delta", "mechanism"}  # no true value, no sensitivity
+            # No true value, no sensitivity; a 95 % interval only where the noise scale is public.
+            assert set(report[field]) == {"value", "epsilon", "delta", "mechanism", "accuracy"}
 
     # Every good event is in exactly one audited window (none of the bad or late ones).
     lines = [json.loads(line) for line in audit.read_text().splitlines()]

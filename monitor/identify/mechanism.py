@@ -111,7 +111,9 @@ class IdentifyAnswer(Release):
         return probability_correct(self.epsilon, m)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["accuracy"]  # a bit's accuracy is probability_correct
+        return out
 
 
 class AnomalyIdentifier:

@@ -51,7 +51,7 @@ from typing import Sequence
 
 import numpy as np
 
-from monitor.dp import NoiseSource, Release, noise_source
+from monitor.dp import NoiseSource, Release, laplace_accuracy, noise_source
 from monitor.dp.noise import T_RELATIVE_ERROR
 from monitor.outliers.sensitivity import (
     ParameterError,
@@ -269,7 +269,8 @@ def _private_count(X, k, r, epsilon, delta, subspace, mechanism, rng, known_coun
         q = count_outliers(X, k, r, sub) if known_count is None else int(known_count)
         scale = global_sensitivity_bound(k, dim) / epsilon
         value = source.laplace(scale, center=float(q))
-        return CountRelease(_snap(value, _POST_GRID), float(epsilon), 0.0, "laplace_global", sub)
+        return CountRelease(_snap(value, _POST_GRID), float(epsilon), 0.0, "laplace_global", sub,
+                            accuracy=laplace_accuracy(scale))
     beta, div = _smooth_params(mechanism, epsilon, delta)
     q, s = _smooth(X, k, r, beta, sub)
     # Rounded up: scale * div >= min(S, GS) >= the local sensitivity exactly, and the ratio

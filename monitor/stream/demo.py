@@ -81,6 +81,12 @@ def write_demo_config(workdir: Path, bootstrap_servers: str, window_seconds: flo
 # --- what the demo shows ------------------------------------------------------------
 
 
+def _noisy(count: dict) -> str:
+    """A released count with its public 95 % interval, when it has one: "19 +-12"."""
+    acc = count.get("accuracy")
+    return f"{count['value']:.0f}" + ("" if acc is None else f" +-{acc:.0f}")
+
+
 @dataclass(frozen=True)
 class BurstVerdict:
     """Did the private alarm page on the injected burst, and only there?"""
@@ -160,9 +166,9 @@ class ReleaseBoard:
         if "suppressed" in report:
             return f"suppressed ({report['suppressed']})"
         grid = report.get("top_grid")
-        where = f"grid {grid['grid']} ({grid['flagged_count']['value']:.0f} flagged), " if grid else ""
-        return (f"{where}events {report['event_count']['value']:.0f}, flagged {report['flagged_count']['value']:.0f}, "
-                f"outliers {report['outlier_count']['value']:.0f}")
+        where = f"grid {grid['grid']} ({_noisy(grid['flagged_count'])} flagged), " if grid else ""
+        return (f"{where}events {_noisy(report['event_count'])}, flagged {_noisy(report['flagged_count'])}, "
+                f"outliers {_noisy(report['outlier_count'])}")
 
     def _burst_label(self, record: dict) -> str:
         share = self._burst_of(record["window_start"], record["window_end"])

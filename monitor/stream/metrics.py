@@ -54,6 +54,11 @@ class MonitorMetrics:
         self.report_event_count = Gauge(p + "report_event_count", "Noisy event count of the last reported window (DP).", registry=r)
         self.report_flagged_count = Gauge(p + "report_flagged_count", "Noisy count of model-flagged events of the last reported window (DP).", registry=r)
         self.report_outlier_count = Gauge(p + "report_outlier_count", "Noisy full-space outlier count of the last reported window (DP).", registry=r)
+        self.report_count_accuracy = Gauge(
+            p + "report_count_accuracy", "Half-width of the 95 % interval of the last report's noisy count, where its noise "
+            "scale is public (a function of epsilon and the public sensitivity); absent where the scale follows the data.",
+            ["count"], registry=r,
+        )
         self.report_subspace_count = Gauge(
             p + "report_subspace_count", "Noisy outlier count of each top-h subspace of the last reported window (DP).",
             ["rank", "subspace"], registry=r,
@@ -114,10 +119,14 @@ class MonitorMetrics:
         >>> m = MonitorMetrics()
         >>> m.observe_release({"window_end": 300.0, "released_at": 335.0, "alarm": True,
         ...                    "alarm_detail": {"state": "fired", "threshold": 40.0, "baseline_rate": 0.01},
-        ...                    "report": {"reason": "alarm", "event_count": {"value": 990.0}, "flagged_count": {"value": 80.0},
-        ...                               "outlier_count": {"value": 3.0}, "top_subspaces": [], "top_grid": None}})
+        ...                    "report": {"reason": "alarm", "event_count": {"value": 990.0},
+        ...                               "flagged_count": {"value": 80.0, "accuracy": 20.0},
+        ...                               "outlier_count": {"value": 3.0, "accuracy": None}, "top_subspaces": [], "top_grid": None}})
         >>> m.registry.get_sample_value("dp_monitor_alarm"), m.registry.get_sample_value("dp_monitor_report_flagged_count")
         (1.0, 80.0)
+        >>> acc = "dp_monitor_report_count_accuracy"
+        >>> m.registry.get_sample_value(acc, {"count": "flagged"}), m.registry.get_sample_value(acc, {"count": "outlier"})
+        (20.0, None)
         """
         detail = record.get("alarm_detail") or {}
         state = detail.get("state")
@@ -148,6 +157,11 @@ class MonitorMetrics:
         self.report_event_count.set(report["event_count"]["value"])
         self.report_flagged_count.set(report["flagged_count"]["value"])
         self.report_outlier_count.set(report["outlier_count"]["value"])
+        self.report_count_accuracy.clear()
+        for count in ("event", "flagged", "outlier"):
+            accuracy = report[count + "_count"].get("accuracy")  # records stored before it was published lack it
+            if accuracy is not None:
+                self.report_count_accuracy.labels(count=count).set(accuracy)
         # An older report's subspaces and grid must not linger as if they were current.
         self.report_subspace_count.clear()
         for top in report.get("top_subspaces", []):
