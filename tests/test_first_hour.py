@@ -214,6 +214,20 @@ def test_excel_csv_with_byte_order_mark_and_semicolons_is_read(workdir):
     one_line_error(monitor("score", "--input", "dec.csv", cwd=workdir), "'96,5' is not a number", "decimal mark")
 
 
+def test_fit_says_when_the_reference_is_too_small_for_its_epsilon(workdir):
+    def fit(rows: int, epsilon: float) -> subprocess.CompletedProcess:
+        set_key(workdir / "config.yaml", "model", "epsilon", epsilon)
+        (workdir / "ref.csv").write_text("hr,spo2\n" + "\n".join(f"{70 + i % 20},{95 + i % 4}" for i in range(rows)) + "\n")
+        res = monitor("fit", "--reference", "ref.csv", "--seed", "1", cwd=workdir)
+        assert res.returncode == 0, res.stderr
+        return res
+
+    small = fit(40, 0.1)
+    assert "warning: the model is mostly noise" in small.stderr and "more reference rows" in small.stderr, small.stderr
+    assert "Traceback" not in small.stderr
+    assert "mostly noise" not in fit(3000, 1.0).stderr
+
+
 # ---------------------------------------------------------------- 3 and 9. the budget plan
 
 

@@ -70,6 +70,22 @@ def _refusal(cfg, epsilon: float, spent: float, left: float) -> str:
             f"budget never refills. Next step: " + "; ".join(steps) + ".")
 
 
+WEAK_CELL_SIGNAL = 0.25  # below this many noise scales per average cell the counts are mostly noise
+
+
+def _warn_weak_signal(model, n_rows: int) -> None:
+    """Say so when the reference set is too small for the epsilon: the fit succeeds, but
+    its scores are mostly noise (at 0.07 and 0.12 two shared benchmarks scored at chance)."""
+    signal = model.cell_signal_
+    if signal is None or signal >= WEAK_CELL_SIGNAL:
+        return
+    times = 1.0 / max(signal, 1e-9)  # the layout rule aims at one noise scale per average cell
+    print(f"warning: the model is mostly noise: with {n_rows} reference rows at model.epsilon={model.epsilon:g} a grid's "
+          f"average cell holds {signal:.2f} noise scales of records (under {WEAK_CELL_SIGNAL}), so its scores may be little "
+          f"better than chance. Fit on about {times:.0f}x more reference rows, or with about {times:.0f}x the "
+          f"epsilon, to reach one noise scale per cell (docs/model.md)", file=sys.stderr)
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from monitor.config import load_config
     from monitor.model.estimator import GridKNN
@@ -93,6 +109,7 @@ def run_fit(args: argparse.Namespace) -> int:
           f"{X.shape[0]} reference rows read (the file holds no raw count: the reference data may be deleted); "
           f"layout chosen from a noisy row count of {model.n_estimate_:.0f} (epsilon {model.size_epsilon_:g} of the "
           f"{model.epsilon_spent_:g})")
+    _warn_weak_signal(model, X.shape[0])
     fits_left = int(left // ms.epsilon + 1e-9) if ms.epsilon > 0 else 0
     print(f"reference budget: spent {spent:.4g} of {cfg.budget.reference_epsilon:.4g} "
           f"(budget.reference_epsilon), {left:.4g} left: {fits_left} more fit(s) at model.epsilon={ms.epsilon:g}; "

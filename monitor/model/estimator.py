@@ -139,6 +139,25 @@ class GridKNN:
         self.set_threshold(self.threshold, self.contamination)
         return self
 
+    @property
+    def cell_signal_(self) -> float | None:
+        """Records in a grid's average cell, in units of that grid's noise scale (lowest
+        over the grids): n_estimate * epsilon_grid / cells. Below about 0.5 the noise
+        dominates the counts and scores lose most of their accuracy (a small reference
+        set or a small epsilon). Post-processing of the noisy size; None if unknown.
+
+        >>> import numpy as np
+        >>> X = np.random.default_rng(0).random((60, 3))
+        >>> m = GridKNN(epsilon=0.1, bounds=[(0, 1)] * 3, random_state=0).fit(X)
+        >>> m.cell_signal_ < 0.5
+        True
+        """
+        self._check_fitted()
+        n = getattr(self, "n_estimate_", None)
+        if n is None:
+            return None
+        return min(max(n, 0.0) * eps / g.n_cells for g, eps in zip(self.grids_, self.grid_epsilons_))
+
     def set_threshold(self, threshold: float | None = None, contamination: float | None = None) -> "GridKNN":
         """Set the flag threshold after fit: explicit, or from a contamination rate; returns self.
 
