@@ -120,9 +120,13 @@ PRIVATE_PANELS: list[Panel] = [
            (f"dp_monitor_baseline_flagged_rate{SEL}", "baseline")], "percentunit",
           overrides=[_dashed("baseline", "blue")]),
     Panel("Detailed report: counts", "timeseries", 12, 8,
-          f"Noisy event count, flagged count (at the alarm's threshold) and the seed's distance-based outlier count of the last reported window. {REPORT} {DP}",
+          f"Noisy event count, flagged count (at the alarm's threshold) and the seed's distance-based outlier count of the last "
+          f"reported window, each with its public 95 % interval (dashed: the noise's half-width, from its epsilon share; none "
+          f"for a smooth-sensitivity count). {REPORT} {DP}",
           [(f"dp_monitor_report_event_count{SEL}", "events"), (f"dp_monitor_report_flagged_count{SEL}", "flagged"),
-           (f"dp_monitor_report_outlier_count{SEL}", "outliers")]),
+           (f"dp_monitor_report_outlier_count{SEL}", "outliers"),
+           (f"dp_monitor_report_count_accuracy{SEL}", "+- 95 % {{count}}")],
+          overrides=[_dashed(f"+- 95 % {c}", "gray") for c in ("event", "flagged", "outlier")]),
     Panel("Detailed report: top grid", "bargauge", 6, 8,
           "The model grid (feature pair) with the most flagged events in the last reported window, picked by "
           f"report-noisy-max, and its noisy flagged count: what drives the surge. {REPORT} {DP}",
