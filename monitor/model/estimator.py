@@ -142,14 +142,15 @@ class GridKNN:
     @property
     def cell_signal_(self) -> float | None:
         """Records in a grid's average cell, in units of that grid's noise scale (lowest
-        over the grids): n_estimate * epsilon_grid / cells. Below about 0.5 the noise
-        dominates the counts and scores lose most of their accuracy (a small reference
-        set or a small epsilon). Post-processing of the noisy size; None if unknown.
+        over the grids): n_estimate * epsilon_grid / cells. The default layout aims at 1;
+        below 0.25 the noise dominates the counts and scores may be near chance (a small
+        reference set for the epsilon; ``monitor fit`` warns). Post-processing of the
+        noisy size; None if unknown.
 
         >>> import numpy as np
         >>> X = np.random.default_rng(0).random((60, 3))
         >>> m = GridKNN(epsilon=0.1, bounds=[(0, 1)] * 3, random_state=0).fit(X)
-        >>> m.cell_signal_ < 0.5
+        >>> m.cell_signal_ < 0.25
         True
         """
         self._check_fitted()
