@@ -16,7 +16,8 @@ Compared on the same windows, at the same false-page count:
 - ``budget absorption``: w-event privacy (Kellaris et al. 2014), w = one day, same
   daily epsilon, an alarm when a published value exceeds a threshold.
 
-Run: ``OMP_NUM_THREADS=1 python bench/bench_alarm.py --write`` (about 15 min; ``--quick``: 3 days).
+Run: ``OMP_NUM_THREADS=1 python bench/bench_alarm.py --write`` (about 15 min; ``--quick``: 3 days;
+``--reserve-sweep``: report.reserve_pages 1, 4 and 8 over 10 seeds, about 10 min).
 """
 
 from __future__ import annotations
@@ -262,6 +263,43 @@ def replay_check(days: int = 1, people: int = 1000, share: float = 0.05, seed: i
             f"{seconds:.0f} s ({lines / seconds:,.0f} events/s), `python bench/bench_alarm.py --replay-check --write`.")
 
 
+def reserve_sweep(reserves=(1, 4, 8), seeds=range(1, 11), days: int = 10) -> str:
+    """Pages before reports: 1,000 people, 5 % surges 6 times a day, per report.reserve_pages."""
+    base = load_config(REPO / "config.yaml")
+    model = fit_model(base)
+    rows = []
+    for reserve in reserves:
+        config = base.model_copy(update={"report": base.report.model_copy(update={"reserve_pages": reserve})})
+        w1, suppressed, hit, reports, pages, ledger, false = [], 0, 0, 0, 0, [], 0
+        for seed in seeds:
+            r = run_private(config, model, 1_000, 0.05, 6, days, seed)
+            states = r["states"]
+            fired = np.array([s == "fired" for s in states])
+            d0, _, fp = _pages(fired, r["surges"], len(states), config.alarm.hold_windows)
+            w1.append(d0)
+            false += fp
+            suppressed += states.count("suppressed")
+            hit += sum(states[s.start] == "suppressed" for s in r["surges"])
+            reports, pages = reports + r["reports"], pages + int(fired.sum())
+            ledger.append(float(np.mean(r["ledger_per_day"])))
+        n_surges = 6 * days * len(seeds)
+        rows.append(f"| {reserve} | {np.mean(w1):.3f} (min {min(w1):.3f}) | {false} | {suppressed:,} | {hit} of {n_surges} "
+                    f"| {reports} of {pages} ({reports / pages:.0%}) | {np.mean(ledger):.2f} |")
+        print(rows[-1], flush=True)
+    return f"""### Pages before reports (`report.reserve_pages`)
+
+`OMP_NUM_THREADS=1 python bench/bench_alarm.py --reserve-sweep --write`: {len(seeds)} seeds x {days} days, 1,000 people,
+5 % surges 6 times a day, `config.yaml` but for `report.reserve_pages` (a report only if the budget still pays a new run
+and that many pages). A page's charge spans its run, so a rolling 24 hours on such days holds two days' pages; reports
+released while there was room can leave none for the next page, and the alarm then says `suppressed`. Paged in window 1
+counts every surge, those in the first day's 3-hour warm-up too (about 1 % of them in 10-day runs: none can page).
+
+| reserve_pages | paged in window 1, mean over seeds | false pages | windows suppressed | surges met by a suppressed alarm | reports with pages | whole ledger per UTC day |
+|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--days", type=int, default=30)
@@ -269,7 +307,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section and the plot")
     ap.add_argument("--replay-check", action="store_true", help="only run one day through the `monitor replay` command")
+    ap.add_argument("--reserve-sweep", action="store_true", help="only compare report.reserve_pages (10 seeds x 10 days)")
     args = ap.parse_args()
+    if args.reserve_sweep:
+        text = reserve_sweep()
+        print(text)
+        if args.write:
+            write_section("alarm-reserve", text)
+        return
     if args.replay_check:
         text = "### Through `monitor replay`\n\n" + replay_check()
         print(text)
@@ -328,7 +373,7 @@ def main() -> None:
 `OMP_NUM_THREADS=1 python bench/bench_alarm.py --write` ({days} simulated days of 5-minute windows, seed {args.seed}).
 The shipped `config.yaml` as is: alarm runs on the UTC-day calendar (a run's threshold costs epsilon {a.epsilon_threshold:g}; a quiet run goes on past midnight, one that paged ends there), epsilon {a.epsilon_page:g} per page, quiet windows free;
 threshold {a.threshold:g} excess flagged events + {a.z:g} sd + {a.rate_margin:.0%} of the expected count, hold {a.hold_windows} windows, daily baseline (epsilon {a.baseline_epsilon:g}),
-a detailed report (epsilon {config.report_cost()[0]:.2f}) with every page. Traffic: +-30 % daily swing in people online, activity drifting up 8 % per 30 days (normal flagged rate {rate0:.2%} on day 1, {rate1:.2%} on the last day, 10,000 people),
+a detailed report (epsilon {config.report_cost()[0]:.2f}) with every page the budget leaves room for (a new run and {config.report.reserve_pages} more pages). Traffic: +-30 % daily swing in people online, activity drifting up 8 % per 30 days (normal flagged rate {rate0:.2%} on day 1, {rate1:.2%} on the last day, 10,000 people),
 surges of 3 windows each, alternately clustered and spread. Every window went through the production
 `WindowReleaser` (model, baseline, alarm, reports, ledger charges), as `monitor run` and `monitor replay` do.
 "Paged in window 1": the page came at the close of the surge's first window; "within 1 more": at the latest at the close

@@ -197,6 +197,11 @@ class ReportSettings(_Strict):
     every_seconds: float | None = Field(
         None, gt=0, description="Also release a detailed report of one window every so many seconds (a public schedule); null: only on pages."
     )
+    reserve_pages: int = Field(
+        4, ge=0, description="Pages come before reports: a report is released only if the budget still pays a new alarm "
+        "run and this many pages after it (on a day of many pages the alarm keeps answering; some pages come without "
+        "a report)."
+    )
     epsilon_events: float = Field(0.03, gt=0, description="Epsilon of the report's event count (sensitivity 1).")
     epsilon_grids: float = Field(0.2, gt=0, description="Epsilon of picking the model grid with the most flagged events (report-noisy-max).")
     epsilon_grid_count: float = Field(0.05, gt=0, description="Epsilon of that grid's flagged count (sensitivity 1).")

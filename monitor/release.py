@@ -280,7 +280,7 @@ class WindowReleaser:
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
-        # and still leaves room for the next alarm run.
+        # and still leaves room for the next alarm run and report.reserve_pages pages.
         reason = None
         if answer.state == "fired" and cfg.report.on_alarm:
             reason = "alarm"
@@ -289,7 +289,7 @@ class WindowReleaser:
         report = None
         window_cost = (0.0, 0.0)
         if reason is not None:
-            reserve = [(a.epsilon_threshold, 0.0), (a.epsilon_page, 0.0)] if a.enabled else []
+            reserve = [(a.epsilon_threshold, 0.0)] + [(a.epsilon_page, 0.0)] * cfg.report.reserve_pages if a.enabled else []
             if self._fits(window, self.report_cost, reserve):
                 # "Flagged" in a report means what the alarm counts, so a report's flagged
                 # count and rate compare with the baseline's.

@@ -215,6 +215,21 @@ def test_a_budget_that_cannot_pay_a_page_asks_no_question(tmp_path, vitals_model
     assert records[14]["alarm_detail"]["run"] is not None and not ledger.span_charges("alarm_page")
 
 
+@pytest.mark.parametrize("reserve_pages, reported", [(0, True), (200, False)])
+def test_pages_come_before_reports(tmp_path, vitals_model, reserve_pages, reported):
+    # A report is released only if the budget (50 here) still pays a new run and
+    # reserve_pages pages (0.6 each) after it; the page itself is paid either way.
+    config = _config(tmp_path)
+    config = config.model_copy(update={"report": config.report.model_copy(update={"reserve_pages": reserve_pages})})
+    surge = Surge(start=20, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
+    records, _ = _run(config, vitals_model, 22, [surge])
+    assert records[20]["alarm_detail"]["state"] == "fired"
+    report = records[20]["report"]
+    assert report["reason"] == "alarm" and ("suppressed" not in report) == reported
+    if not reported:
+        assert report["suppressed"] == "budget" and "report" not in [c["kind"] for c in records[20]["charges"]]
+
+
 def test_a_quiet_run_goes_on_past_its_boundary_and_counts_once_in_a_period(tmp_path, vitals_model):
     # A quiet run's span grows boundary by boundary (epoch-aligned), so a period that
     # straddles a boundary holds one threshold, not two.
