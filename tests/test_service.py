@@ -206,6 +206,12 @@ def test_unpublished_ledger_entry_is_republished_byte_for_byte_and_not_charged_a
         assert [e.window_start for e in ledger.entries()] == [start_w, start_w + 2]
 
 
+# Window length of the tests that must see no window close while they run: an hour, so the
+# guard below waits (at most 135 s) in under 4 % of runs; 10-minute windows made it wait in
+# one run of 4 (124 s of a 9 min 50 s suite once).
+LONG_WINDOW = 3600.0
+
+
 def _clear_of_window_close(size: float, margin: float = 90.0, after: float = 45.0) -> None:
     """Wait until no window boundary is within ``margin`` seconds ahead or ``after`` seconds
     behind: these tests assume no window closes while they run (start-up, a consumer join and
@@ -220,12 +226,12 @@ def _clear_of_window_close(size: float, margin: float = 90.0, after: float = 45.
 
 
 def test_entity_dedupe_and_offsets_held_by_open_windows_on_stop(kafka_bootstrap, model_path, tmp_path):
-    cfg = make_config(tmp_path, model_path, size=600.0, lateness=0.0, entity_field="patient")
+    cfg = make_config(tmp_path, model_path, size=LONG_WINDOW, lateness=0.0, entity_field="patient")
     admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     admin.create_topics([NewTopic(cfg.stream.input_topic, 1, 1)])
     admin.close()
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
-    _clear_of_window_close(600.0)  # the events stay in the window open at the service's start
+    _clear_of_window_close(LONG_WINDOW)  # the events stay in the window open at the service's start
     now = time.time()
     for i in range(6):
         producer.send(cfg.stream.input_topic, event(now, i, patient=f"p{i % 2}"))
@@ -304,9 +310,9 @@ def test_cli_missing_model_is_a_plain_error(tmp_path):
 
 @pytest.mark.parametrize("policy", ["release_due", "release_current"])
 def test_stop_policy_decides_the_fate_of_the_current_window(kafka_bootstrap, model_path, tmp_path, policy):
-    # Windows of 10 minutes: the current one is nowhere near its close time when we stop.
-    cfg = make_config(tmp_path, model_path, size=600.0, lateness=1.0)
-    _clear_of_window_close(600.0)
+    # Windows of an hour: the current one is nowhere near its close time when we stop.
+    cfg = make_config(tmp_path, model_path, size=LONG_WINDOW, lateness=1.0)
+    _clear_of_window_close(LONG_WINDOW)
     cfg = cfg.model_copy(update={"window": cfg.window.model_copy(update={"on_stop": policy})})
     service = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=3)
     thread = start(service)
@@ -322,7 +328,7 @@ def test_stop_policy_decides_the_fate_of_the_current_window(kafka_bootstrap, mod
     finish(thread)
     with WindowLedger(cfg.budget.ledger) as ledger:
         entries = ledger.entries()
-    current = int(time.time() // 600) * 600.0
+    current = int(time.time() // LONG_WINDOW) * LONG_WINDOW
     if policy == "release_due":
         assert entries == []
     else:
@@ -331,14 +337,14 @@ def test_stop_policy_decides_the_fate_of_the_current_window(kafka_bootstrap, mod
 
 def test_last_release_time_survives_a_restart(kafka_bootstrap, model_path, tmp_path):
     """The no-release alert needs the last release time from the ledger, not 0, after a restart."""
-    cfg = make_config(tmp_path, model_path, size=600.0)
-    _clear_of_window_close(600.0)  # a window released while it runs would move the timestamp
-    start_w = (time.time() // 600) * 600 - 600
+    cfg = make_config(tmp_path, model_path, size=LONG_WINDOW)
+    _clear_of_window_close(LONG_WINDOW)  # a window released while it runs would move the timestamp
+    start_w = (time.time() // LONG_WINDOW) * LONG_WINDOW - LONG_WINDOW
     value = {"value": 1.0, "epsilon": 0.4, "delta": 1e-6, "mechanism": "laplace_smooth"}
-    payload = json.dumps({"window_start": start_w, "window_end": start_w + 600, "released_at": 1763700123.5,
+    payload = json.dumps({"window_start": start_w, "window_end": start_w + LONG_WINDOW, "released_at": 1763700123.5,
                           "outlier_count": value, "flagged_count": value, "top_subspaces": []})
     with WindowLedger(cfg.budget.ledger) as ledger:
-        ledger.record_release(start_w, start_w + 600, 1.0, 1e-6, payload)
+        ledger.record_release(start_w, start_w + LONG_WINDOW, 1.0, 1e-6, payload)
         ledger.mark_published(start_w)
     service = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=1)
     thread = start(service)
