@@ -152,14 +152,14 @@ class AlarmSettings(_Strict):
         0.01, gt=0, lt=0.5, description="Share of the model's own noisy mass above the alarm's score threshold: the alarm counts "
         "events flagged at this (strict) rate, a public post-processing of the model."
     )
-    threshold: float = Field(23.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
+    threshold: float = Field(21.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
     z: float = Field(1.0, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
     rate_margin: float = Field(
         0.1, ge=0, description="Extra margin as a share of the expected flagged count (rate x mean events): the normal rate "
         "varies within a day, with who is online, more than the daily baseline can follow."
     )
     epsilon_threshold: float = Field(0.6, gt=0, description="Epsilon of one run's noisy threshold, charged when the run opens.")
-    epsilon_page: float = Field(0.6, gt=0, description="Epsilon of each page (a positive answer), charged when it pages; quiet windows are free.")
+    epsilon_page: float = Field(0.5, gt=0, description="Epsilon of each page (a positive answer), charged when it pages; quiet windows are free.")
     run_seconds: float = Field(
         86400.0, gt=0, description="Calendar of the alarm's runs, aligned on the epoch (UTC days by default): at each boundary a "
         "run that has paged ends (its pages are charged over its whole span) and a quiet one goes on (its threshold then "
@@ -198,7 +198,7 @@ class ReportSettings(_Strict):
         None, gt=0, description="Also release a detailed report of one window every so many seconds (a public schedule); null: only on pages."
     )
     reserve_pages: int = Field(
-        4, ge=0, description="Pages come before reports: a report is released only if the budget still pays a new alarm "
+        6, ge=0, description="Pages come before reports: a report is released only if the budget still pays a new alarm "
         "run and this many pages after it (on a day of many pages the alarm keeps answering; some pages come without "
         "a report)."
     )

@@ -218,7 +218,7 @@ def test_a_budget_that_cannot_pay_a_page_asks_no_question(tmp_path, vitals_model
 @pytest.mark.parametrize("reserve_pages, reported", [(0, True), (200, False)])
 def test_pages_come_before_reports(tmp_path, vitals_model, reserve_pages, reported):
     # A report is released only if the budget (50 here) still pays a new run and
-    # reserve_pages pages (0.6 each) after it; the page itself is paid either way.
+    # reserve_pages pages (alarm.epsilon_page each) after it; the page itself is paid either way.
     config = _config(tmp_path)
     config = config.model_copy(update={"report": config.report.model_copy(update={"reserve_pages": reserve_pages})})
     surge = Surge(start=20, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
