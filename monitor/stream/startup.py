@@ -242,7 +242,7 @@ def announce_first_window(config, first_start: float, now: float, why: str) -> N
     # Published at its scheduled time: close time plus the publication delay.
     first_close = first_start + size + late + config.window.publish_delay_seconds
     if first_close <= now:
-        log.info("first window [%s, %s) (%s) closed while the monitor was down: released once the backlog is read",
+        log.info("first window [%s, %s) (%s) has already closed: it is released once the backlog is read",
                  iso(first_start), iso(first_start + size), why)
     elif first_close > now + 60:
         # With 5-minute windows the first release is minutes away: say so, or the
