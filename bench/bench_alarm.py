@@ -385,24 +385,16 @@ def main() -> None:
     ap.add_argument("--reserve-sweep", action="store_true", help="only compare report.reserve_pages (10 seeds x 10 days)")
     ap.add_argument("--per-person", action="store_true", help="only measure what a per-person flag cap would drop (7 days)")
     args = ap.parse_args()
-    if args.per_person:
-        text = per_person()
-        print(text)
-        if args.write:
-            write_section("alarm-per-person", text)
-        return
-    if args.reserve_sweep:
-        text = reserve_sweep()
-        print(text)
-        if args.write:
-            write_section("alarm-reserve", text)
-        return
-    if args.replay_check:
-        text = "### Through `monitor replay`\n\n" + replay_check()
-        print(text)
-        if args.write:
-            write_section("alarm-replay", text)
-        return
+    # the single-measurement modes: (chosen, section of BENCHMARKS.md, what writes it)
+    modes = ((args.per_person, "alarm-per-person", per_person), (args.reserve_sweep, "alarm-reserve", reserve_sweep),
+             (args.replay_check, "alarm-replay", lambda: "### Through `monitor replay`\n\n" + replay_check()))
+    for chosen, section, measure in modes:
+        if chosen:
+            text = measure()
+            print(text)
+            if args.write:
+                write_section(section, text)
+            return
     days = 3 if args.quick else args.days
     config = load_config(REPO / "config.yaml")
     model = fit_model(config)
