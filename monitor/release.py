@@ -29,7 +29,7 @@ import numpy as np
 
 from monitor.alarm import AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeAlarm
 from monitor.config import MonitorConfig, ReportSettings
-from monitor.dp import laplace_count, noise_source
+from monitor.dp import Release, laplace_count, noise_source
 from monitor.features import scale_to_unit
 from monitor.outliers import private_count, private_top_subspace_counts
 from monitor.stream.windows import ClosedWindow
@@ -37,11 +37,11 @@ from monitor.stream.windows import ClosedWindow
 __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
 
 
-def _public(release) -> dict:
-    # Only the public fields, whatever a mechanism's release type carries besides.
-    accuracy = None if release.accuracy is None else float(release.accuracy)
-    return {"value": float(release.value), "epsilon": float(release.epsilon),
-            "delta": float(release.delta), "mechanism": str(release.mechanism), "accuracy": accuracy}
+def _public(release: Release) -> dict:
+    # Release's own public fields only, whatever a mechanism's release type carries besides
+    # (a subclass's as_dict may add some), as plain JSON types.
+    return {key: value if value is None or isinstance(value, str) else float(value)
+            for key, value in Release.as_dict(release).items()}
 
 
 def release_report(
