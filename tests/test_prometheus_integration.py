@@ -180,7 +180,7 @@ def stack(kafka_bootstrap, tmp_path_factory):
         "window": {"size_seconds": WINDOW_S, "allowed_lateness_seconds": 0.5, "publish_delay_seconds": 0.2},
         "alarm": ALARM,
         # The shipped privacy parameters of the detailed report; the budget below keeps room
-        # for one page after a report, not the shipped four.
+        # for one page after a report, not the shipped report.reserve_pages.
         "report": {**base["report"], "reserve_pages": 1},
         "budget": {"accountant": "basic", "period_seconds": 3600, "delta": 1e-3, "epsilon": 1000.0,
                    "ledger": str(tmp / "ledger.sqlite"), "reference_ledger": str(tmp / "ref.sqlite")},
