@@ -123,12 +123,10 @@ def v1_layout_model(bounds, eps: float, seed: int) -> GridKNN:
               random_state=seed)
 
 
-def one_dataset(args) -> list[tuple]:
-    """(dataset, method, epsilon, seed, AUROC, AP) rows for one dataset."""
-    name, epsilons, seeds = args
+def splits(name: str, seeds) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """(reference R, test T, test labels, bounds) per seed, as BASELINES.md splits them; the
+    bounds are the reference split's min/max, treated as public (as the baseline's scaling)."""
     from knn_baseline import load, split
-    from scipy.spatial import cKDTree
-    from sklearn.metrics import average_precision_score, roc_auc_score
 
     X, y = load(str(SHARED / "datasets" / f"{name}.npz"))
     var = variant(name, y)
@@ -136,10 +134,20 @@ def one_dataset(args) -> list[tuple]:
     for seed in seeds:
         ref, ti, to = split(y, seed, var)
         R, T = X[ref], X[np.concatenate([ti, to])]
-        yt = np.r_[np.zeros(len(ti)), np.ones(len(to))]
         lo, hi = R.min(axis=0), R.max(axis=0)
-        bounds = np.c_[lo, np.where(hi > lo, hi, lo + 1.0)]  # reference min/max as "public" bounds
-        span = bounds[:, 1] - bounds[:, 0]
+        out.append((R, T, np.r_[np.zeros(len(ti)), np.ones(len(to))], np.c_[lo, np.where(hi > lo, hi, lo + 1.0)]))
+    return out
+
+
+def one_dataset(args) -> list[tuple]:
+    """(dataset, method, epsilon, seed, AUROC, AP) rows for one dataset."""
+    name, epsilons, seeds = args
+    from scipy.spatial import cKDTree
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    out = []
+    for seed, (R, T, yt, bounds) in zip(seeds, splits(name, seeds)):
+        lo, span = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
         dist, _ = cKDTree((R - lo) / span).query(np.clip((T - lo) / span, 0, 1), k=5)
 
         def row(method, eps, s):
@@ -285,7 +293,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 seeds, short timings")
     ap.add_argument("--jobs", type=int, default=1, help="processes for the utility part (1 = one core)")
     ap.add_argument("--no-write", action="store_true", help="print instead of writing BENCHMARKS.md")
+    ap.add_argument("--layout-seed", type=int, default=None,
+                    help="public seed of the bagged feature draws (default: the shipped LAYOUT_SEED)")
     a = ap.parse_args(argv)
+    if a.layout_seed is not None:
+        import monitor.model._defaults as layout_rule
+
+        layout_rule.LAYOUT_SEED = a.layout_seed
     names = all_datasets()
     confirm = [n for n in names if n not in CHOOSE]
     for n in names:
@@ -335,6 +349,12 @@ round: a noisy record count sizes the layout; a one-feature grid per feature; 3^
 k >= sqrt(n)) was made looking at BOTH groups many times, after studying why annthyroid, letter,
 wine and Hepatitis failed. The rule's constants have reasons (noise-vs-count arithmetic,
 docs/model.md), but they were checked on these same sets. The 16 held-out sets will judge again.
+Third round: the joint grids beyond the first cover of consecutive-feature windows are drawn by
+feature bagging instead of shifted windows (letter 0.691 -> 0.739 of kNN, and it no longer falls
+with epsilon). The public layout seed is a lottery on the smallest sets: with layout seeds 1, 2
+and 3 instead of 0 (`--layout-seed N --no-write`), Ionosphere (180 records, all grids bagged)
+scores 0.869, 0.855 and 0.846 of kNN, so the choose group's worst case passes on seed 0's draw;
+the group means move by up to 0.010 (choose) and 0.023 (confirm).
 Previous rule (layout from d and epsilon only), same protocol: choose mean 0.973 / worst 0.924,
 confirm mean 0.875 / worst 0.686 (2_annthyroid); 5 datasets falling, 1 at chance at eps 0.1.
 
@@ -346,7 +366,10 @@ counts and k = 5 (not private; what the layout alone reaches; sized with the tru
 kNN AUROC. "v1 layout": the layout before issue 13 (disjoint pairs, 6 bins, k = max(4, G/eps),
 keep-threshold ln(10) noise scales), same splits. Largest fall: the largest drop of mean AUROC from one epsilon to any larger one, with
 its noise (2 standard errors of the paired per-seed difference + 0.005); **FALLS** when above it.
-"(chance)": mean AUROC at eps 0.1 within 2 standard errors of 0.5.
+"(chance)": mean AUROC at eps 0.1 within 2 standard errors of 0.5. On 39_vertebral exact kNN scores
+below chance (0.45): a less noisy model ranks more like kNN, so its AUROC falls as epsilon grows.
+Where the rule misses, `python bench/bench_layout_ceiling.py` measures how far any layout gets
+(section "Grid-kNN: how far any layout gets where the rule misses").
 
 Goals at eps = 1:
 

@@ -55,6 +55,19 @@ def test_every_feature_is_in_a_joint_grid_and_three_features_share_one():
     assert sorted({f for g in feature_groups(40, 3, 30) for f in g}) == list(range(40))
 
 
+def test_joint_grids_keep_declared_neighbours_together_then_mix_distant_features():
+    groups = feature_groups(32, 3, 16)
+    # the first cover: windows of consecutive features in the public order
+    assert groups[:11] == tuple(tuple(sorted({(s + t) % 32 for t in range(3)})) for s in range(0, 32, 3))
+    # the rest: bagged, so features far apart in that order share a grid (letter, docs/model.md)
+    assert any(max(g) - min(g) > 3 for g in groups[11:])
+    assert len(set(groups)) == len(groups)
+    # few combinations (d = 4): no grid repeats while another combination is left
+    assert sorted(feature_groups(4, 3, 4)) == [(0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)]
+    assert feature_groups(4, 3, 5)[:4] == feature_groups(4, 3, 4)  # then a repeat: nothing else is left
+    assert feature_groups(32, 3, 16) == groups  # from public settings only: the same every time
+
+
 @pytest.mark.parametrize("d", [1, 2, 8, 30, 64])
 @pytest.mark.parametrize("n", [20, 300, 5000, 100000])
 def test_more_budget_never_coarsens_the_layout_and_it_is_fixed_above_the_cap(d, n):

@@ -59,7 +59,7 @@ K_NOISE = 1.0  # k in units of the per-cell noise scale G / epsilon ...
 K_SQRT = 1.0  # ... and at least sqrt(n) ...
 K_MIN = 5.0  # ... and at least exact kNN's k
 SIZE_SHARE = 0.05  # share of the fit's epsilon spent on the noisy reference size n
-LAYOUT_SEED = 0  # public seed of the feature draw when the joint grids cannot cover all features
+LAYOUT_SEED = 0  # public seed of the bagged feature draws
 
 
 class Layout(NamedTuple):
@@ -73,13 +73,14 @@ def feature_groups(d: int, group_size: int, n_grids: int | None = None, seed: in
                    ) -> tuple[tuple[int, ...], ...]:
     """``n_grids`` groups of ``group_size`` distinct features, from public settings only.
 
-    When the grids can cover every feature (n_grids >= ceil(d / group_size)), they are
-    windows of consecutive features in the PUBLIC order (features declared next to each
-    other are often related): first 0-2, 3-5, ..., then the same shifted by
-    ceil(group_size / 2), so that each boundary is bridged, then the other shifts.
-    With fewer grids, balanced feature bagging from the public ``seed``: features
-    dealt from successive seeded permutations (Lazarevic & Kumar 2005), so that no
-    stretch of features is favoured. ``n_grids`` None: ceil(d / group_size) disjoint
+    When the grids can cover every feature (n_grids >= ceil(d / group_size)), the first
+    ceil(d / group_size) are windows of consecutive features in the PUBLIC order (features
+    declared next to each other are often related: 0-2, 3-5, ...) and the rest are drawn
+    by balanced feature bagging, so that features far apart in that order also meet in a
+    grid (letter's outliers need such combinations; measured, docs/model.md). With fewer
+    grids, all of them are drawn by balanced feature bagging from the public ``seed``:
+    features dealt from successive seeded permutations (Lazarevic & Kumar 2005), so that
+    no stretch of features is favoured. ``n_grids`` None: ceil(d / group_size) disjoint
     groups in order (the v1 layout).
     """
     group_size = max(1, min(group_size, d))
@@ -93,29 +94,37 @@ def feature_groups(d: int, group_size: int, n_grids: int | None = None, seed: in
             start += size
         return tuple(groups)
     if n_grids >= n_first:
-        shifts = [0] + ([math.ceil(group_size / 2)] if group_size > 1 else [])
-        shifts += [s for s in range(group_size) if s not in shifts]
-        windows: list[tuple[int, ...]] = []
-        for s in shifts:
-            for start in range(s, s + d, group_size):
-                w = tuple(sorted({(start + t) % d for t in range(group_size)}))
-                if w not in windows:
-                    windows.append(w)
-        return tuple(windows[i % len(windows)] for i in range(n_grids))
+        windows = tuple(tuple(sorted({(start + t) % d for t in range(group_size)}))
+                        for start in range(0, d, group_size))
+        return windows + _bagged(d, group_size, n_grids - n_first, seed, windows)
+    return _bagged(d, group_size, n_grids, seed)
+
+
+def _bagged(d: int, group_size: int, n_grids: int, seed: int | None,
+            taken: tuple[tuple[int, ...], ...] = ()) -> tuple[tuple[int, ...], ...]:
+    """Balanced feature bagging: groups dealt from successive seeded permutations of the
+    features, each new group differing from ``taken`` and the earlier ones while there are
+    other combinations left (a few redeals at most, so the draw stays cheap)."""
     gen = np.random.default_rng(LAYOUT_SEED if seed is None else seed)
     deck: list[int] = []
-    while len(deck) < n_grids * group_size + d:
+    while len(deck) < 2 * n_grids * group_size + d:
         deck += gen.permutation(d).tolist()
-    groups = []
+    groups: list[tuple[int, ...]] = []
     for _ in range(n_grids):
-        group: list[int] = []
-        while len(group) < group_size:
-            f = deck.pop(0)
-            if f in group:  # a group needs distinct features: put it back under the deck
-                deck.append(f)
-                continue
-            group.append(f)
-        groups.append(tuple(sorted(group)))
+        for _redeal in range(4):
+            group: list[int] = []
+            while len(group) < group_size:
+                f = deck.pop(0)
+                if f in group:  # a group needs distinct features: put it back under the deck
+                    deck.append(f)
+                    continue
+                group.append(f)
+            drawn = tuple(sorted(group))
+            seen = set(taken) | set(groups)
+            if drawn not in seen or len(seen) >= math.comb(d, group_size):
+                break
+            deck += group  # already a grid: its features go back under the deck
+        groups.append(drawn)
     return tuple(groups)
 
 
