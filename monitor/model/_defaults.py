@@ -13,8 +13,8 @@ average. The layout keeps n / C >= RHO * G / epsilon (the average cell count at 
 RHO noise scales), i.e. C * G <= n * epsilon / RHO:
 
 - two kinds of grids: joint grids over GROUP_SIZE = 3 features (outliers in a
-  combination of features) in windows covering each feature COVERAGE = 2 times (at most
-  MAX_GRIDS), and a one-feature grid for every feature (at most MAX_MARGINALS; outliers
+  combination of features), consecutive windows first and then bagged combinations,
+  covering each feature about COVERAGE = 2 times (at most MAX_GRIDS), and a one-feature grid for every feature (at most MAX_MARGINALS; outliers
   within one feature's range, which need finer bins than a joint grid can afford);
 - as many of them as the arithmetic allows at the coarsest joint grid (MIN_BINS per
   axis), joint grids first, but never fewer than MIN_GRIDS (fewer grids cover too few
