@@ -28,7 +28,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from bench_model import splits  # noqa: E402 (a sibling: run as python bench/bench_layout_ceiling.py)
+from bench_model import exact_knn_scores, splits  # noqa: E402 (a sibling: run as python bench/bench_layout_ceiling.py)
 from report import write_section  # noqa: E402
 from monitor.model import GridKNN  # noqa: E402
 
@@ -48,7 +48,6 @@ def layouts() -> list[tuple]:
 
 def one_case(args) -> tuple[str, float, dict[tuple, np.ndarray], np.ndarray, float]:
     """Per-split AUROC of every layout, of the default rule, and exact kNN's mean AUROC."""
-    from scipy.spatial import cKDTree
     from sklearn.metrics import roc_auc_score
 
     name, eps = args
@@ -56,8 +55,7 @@ def one_case(args) -> tuple[str, float, dict[tuple, np.ndarray], np.ndarray, flo
     found: dict[tuple, list[float]] = {}
     rule, knn = [], []
     for seed, (R, T, yt, bounds) in zip(SEEDS, parts):
-        lo, span = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
-        knn.append(roc_auc_score(yt, cKDTree((R - lo) / span).query(np.clip((T - lo) / span, 0, 1), k=5)[0][:, 4]))
+        knn.append(roc_auc_score(yt, exact_knn_scores(R, T, bounds)))
         rule.append(roc_auc_score(yt, GridKNN(epsilon=eps, bounds=bounds, random_state=100 + seed).fit(R).score_samples(T)))
         for lay in layouts():
             p, b, g, k = lay

@@ -14,8 +14,9 @@ RHO noise scales), i.e. C * G <= n * epsilon / RHO:
 
 - two kinds of grids: joint grids over GROUP_SIZE = 3 features (outliers in a
   combination of features), consecutive windows first and then bagged combinations,
-  covering each feature about COVERAGE = 2 times (at most MAX_GRIDS), and a one-feature grid for every feature (at most MAX_MARGINALS; outliers
-  within one feature's range, which need finer bins than a joint grid can afford);
+  covering each feature about COVERAGE = 2 times (at most MAX_GRIDS), and a one-feature
+  grid for every feature (at most MAX_MARGINALS; outliers within one feature's range,
+  which need finer bins than a joint grid can afford);
 - as many of them as the arithmetic allows at the coarsest joint grid (MIN_BINS per
   axis), joint grids first, but never fewer than MIN_GRIDS (fewer grids cover too few
   features; measured, docs/model.md);
@@ -110,6 +111,7 @@ def _bagged(d: int, group_size: int, n_grids: int, seed: int | None,
     while len(deck) < 2 * n_grids * group_size + d:
         deck += gen.permutation(d).tolist()
     groups: list[tuple[int, ...]] = []
+    seen, combinations = set(taken), math.comb(d, group_size)
     for _ in range(n_grids):
         for _redeal in range(4):
             group: list[int] = []
@@ -120,11 +122,11 @@ def _bagged(d: int, group_size: int, n_grids: int, seed: int | None,
                     continue
                 group.append(f)
             drawn = tuple(sorted(group))
-            seen = set(taken) | set(groups)
-            if drawn not in seen or len(seen) >= math.comb(d, group_size):
+            if drawn not in seen or len(seen) >= combinations:
                 break
             deck += group  # already a grid: its features go back under the deck
         groups.append(drawn)
+        seen.add(drawn)
     return tuple(groups)
 
 
