@@ -6,7 +6,12 @@ days, which moves the normal flagged rate the way a real fleet's habits do. Surg
 last a few windows: a share of the people online sends anomalous readings, *clustered*
 (close together: one cause, the realistic case) or *spread* (far from each other too).
 
-Pure numpy, no Kafka: ``bench/bench_alarm.py`` and ``monitor simulate --surges`` use it.
+Surges can also be any kind of :mod:`monitor.data.anomalies` (subtle shifts, stuck
+sensors, correlated drift, far outliers), and :class:`RowTraffic` builds the same days
+from labelled rows (normal rows as the traffic, anomalous rows as the surges: the
+real-data benchmark, ``bench/bench_alarm_real.py``).
+
+Pure numpy, no Kafka: ``bench/bench_alarm.py`` and ``bench/bench_alarm_real.py`` use it.
 
 >>> t = Traffic(people=100, days=1, seed=0)
 >>> plan = plan_surges(days=1, per_day=2, windows_per_day=t.windows_per_day, share=0.1, rng=1)
@@ -23,11 +28,12 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from monitor.data.anomalies import SYNTHETIC_KINDS, FeatureStats, apply_recipe, draw_recipe
 from monitor.data.vitals import VITAL_FEATURES, VitalsSimulator, random_cluster
 
-__all__ = ["Surge", "Traffic", "plan_surges"]
+__all__ = ["Surge", "Traffic", "RowTraffic", "plan_surges"]
 
-SurgeKind = Literal["clustered", "spread"]
+SurgeKind = Literal["clustered", "spread", "subtle_shift", "stuck_sensor", "correlated_drift", "far_outlier", "rows"]
 
 
 @dataclass(frozen=True)
@@ -40,24 +46,27 @@ class Surge:
     share: float
     kind: SurgeKind
     center: tuple[float, float] | None = None
+    seed: int = 0               # draws a synthetic kind's recipe (one cause per surge)
 
     def covers(self, i: int) -> bool:
         return self.start <= i < self.start + self.windows
 
 
 def plan_surges(days: int, per_day: int, windows_per_day: int, share: float, windows: int = 3,
-                rng: "int | np.random.Generator | None" = None) -> list[Surge]:
-    """``per_day`` surges a day at random, non-overlapping times, alternately clustered and
-    spread, with at least a day's twelfth between two of them."""
+                rng: "int | np.random.Generator | None" = None, kinds: Sequence[str] = ("clustered", "spread"),
+                first: int | None = None) -> list[Surge]:
+    """``per_day`` surges a day at random, non-overlapping times, of ``kinds`` in turn
+    (alternately clustered and spread by default), with at least a day's twelfth between
+    two of them; none before window ``first`` of a day (default: the day's 24th part)."""
     rng = np.random.default_rng(rng)
     gap = max(windows + 4, windows_per_day // 12)
-    slots = np.arange(windows_per_day // 24, windows_per_day - gap, gap)
+    slots = np.arange(windows_per_day // 24 if first is None else first, windows_per_day - gap, gap)
     surges: list[Surge] = []
     for d in range(days):
         for s in np.sort(rng.choice(slots, size=min(per_day, len(slots)), replace=False)):
-            kind: SurgeKind = "clustered" if len(surges) % 2 == 0 else "spread"
+            kind = kinds[len(surges) % len(kinds)]
             center = random_cluster(rng) if kind == "clustered" else None
-            surges.append(Surge(int(d * windows_per_day + s), windows, share, kind, center))
+            surges.append(Surge(int(d * windows_per_day + s), windows, share, kind, center, int(rng.integers(2**31))))
     return surges
 
 
@@ -93,6 +102,7 @@ class Traffic:
         self.sim = VitalsSimulator(features, n_devices=self.population, rng=seed)
         self._activity = self.sim._base["activity"].copy()
         self.order = self.sim.rng.permutation(self.population)
+        self._stats: FeatureStats | None = None
 
     @property
     def n_windows(self) -> int:
@@ -112,5 +122,82 @@ class Traffic:
         if surge is not None:
             k = int(round(surge.share * devices.size))
             anomalous[self.sim.rng.choice(devices.size, size=k, replace=False)] = True
-        X = self.sim.readings(devices, anomalous, cluster=surge.center if surge is not None else None)
+        if surge is not None and surge.kind in SYNTHETIC_KINDS:
+            X = self.sim.readings(devices)
+            X[anomalous] = apply_recipe(self._recipe(surge), X[anomalous], self.stats, self.sim.rng)
+        else:
+            X = self.sim.readings(devices, anomalous, cluster=surge.center if surge is not None else None)
         return X, [self.sim.device_ids[d] for d in devices], anomalous
+
+    @property
+    def stats(self) -> FeatureStats:
+        """Normal readings' centre and spread (the simulator's truth), for synthetic kinds."""
+        if self._stats is None:
+            probe = VitalsSimulator(list(zip(self.sim.feature_names, *self.sim.bounds.T)), n_devices=2000, rng=12345)
+            self._stats = FeatureStats.of(probe.readings(np.arange(2000)), self.sim.bounds)
+        return self._stats
+
+    def _recipe(self, surge: Surge):
+        return draw_recipe(surge.kind, self.stats, np.random.default_rng(surge.seed))
+
+
+class RowTraffic:
+    """Days of windows built from labelled rows: each person online sends a row drawn at
+    random from ``normal``; during a surge, a share of them sends a row drawn from
+    ``anomalous`` (kind ``rows``) or their normal row turned anomalous by a synthetic kind.
+
+    The same interface as :class:`Traffic` (``windows_per_day``, ``n_windows``, ``online``,
+    ``window``). Rows are raw features; ``bounds`` (d, 2) are the public bounds.
+
+    >>> rng = np.random.default_rng(0)
+    >>> t = RowTraffic(rng.normal(size=(300, 3)), rng.normal(5, 1, size=(20, 3)), np.array([[-9.0, 9.0]] * 3), people=50, days=1, seed=1)
+    >>> X, ents, anom = t.window(10, [Surge(10, 3, 0.2, "rows")])
+    >>> X.shape[1], int(anom.sum()), bool(X[anom].mean() > 3)
+    (3, 11, True)
+    """
+
+    def __init__(self, normal: np.ndarray, anomalous: "np.ndarray | None", bounds: np.ndarray, people: int, days: int = 1,
+                 window_seconds: float = 300.0, swing: float = 0.3, seed: int | None = None) -> None:
+        self.normal = np.asarray(normal, dtype=float)
+        self.anomalous = None if anomalous is None else np.asarray(anomalous, dtype=float)
+        if self.normal.ndim != 2 or self.normal.shape[0] == 0:
+            raise ValueError("normal must be a non-empty 2-D array of rows")
+        self.bounds = np.asarray(bounds, dtype=float)
+        self.people = int(people)
+        self.days = int(days)
+        self.window_seconds = float(window_seconds)
+        self.swing = float(swing)
+        self.windows_per_day = int(round(86400 / self.window_seconds))
+        self.population = int(math.ceil(self.people * (1 + self.swing)))
+        self.rng = np.random.default_rng(seed)
+        self.order = self.rng.permutation(self.population)
+        self.device_ids = [f"p-{i:05d}" for i in range(self.population)]
+        self.stats = FeatureStats.of(self.normal, self.bounds)
+
+    @property
+    def n_windows(self) -> int:
+        return self.days * self.windows_per_day
+
+    def online(self, i: int) -> int:
+        """How many people send an event in window i (the daily swing)."""
+        phase = 2 * math.pi * (i % self.windows_per_day) / self.windows_per_day
+        return int(round(self.people * (1 + self.swing * math.sin(phase))))
+
+    def window(self, i: int, surges: Sequence[Surge] = ()) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """Window i's events: (X raw (n, d), entity ids, anomalous mask)."""
+        devices = self.order[: self.online(i)]
+        n = devices.size
+        X = self.normal[self.rng.integers(self.normal.shape[0], size=n)]
+        anomalous = np.zeros(n, bool)
+        surge = next((s for s in surges if s.covers(i)), None)
+        if surge is not None:
+            k = int(round(surge.share * n))
+            anomalous[self.rng.choice(n, size=k, replace=False)] = True
+            if surge.kind == "rows":
+                if self.anomalous is None or self.anomalous.shape[0] == 0:
+                    raise ValueError("a surge of kind 'rows' needs anomalous rows")
+                X[anomalous] = self.anomalous[self.rng.integers(self.anomalous.shape[0], size=k)]
+            else:
+                recipe = draw_recipe(surge.kind, self.stats, np.random.default_rng(surge.seed))
+                X[anomalous] = apply_recipe(recipe, X[anomalous], self.stats, self.rng)
+        return X, [self.device_ids[d] for d in devices], anomalous
