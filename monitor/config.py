@@ -149,15 +149,34 @@ class AlarmSettings(_Strict):
 
     enabled: bool = Field(True, description="Answer the surge question every window.")
     contamination: float = Field(
-        0.01, gt=0, lt=0.5, description="Share of the model's own noisy mass above the alarm's score threshold: the alarm counts "
-        "events flagged at this (strict) rate, a public post-processing of the model."
+        0.01, gt=0, lt=0.5, description="Share of normal events that weigh fully (1) in the alarm's statistic: the upper "
+        "score level, the model's calibrated threshold_for(contamination). Reports' flagged counts use the same level."
     )
-    threshold: float = Field(21.0, ge=0, description="Excess flagged events in a window (above the baseline rate times the events) that page.")
-    z: float = Field(1.0, ge=0, description="Extra margin, in standard deviations sqrt(rate x mean events) of the flagged count's natural variation.")
-    rate_margin: float = Field(
-        0.1, ge=0, description="Extra margin as a share of the expected flagged count (rate x mean events): the normal rate "
-        "varies within a day, with who is online, more than the daily baseline can follow."
+    contamination_graded: float | None = Field(
+        0.1, gt=0, lt=1, description="Share of normal events above the lower score level, where an event's weight starts "
+        "rising from 0 (linear up to the upper level): a graded statistic that does not bet on one level; a person still "
+        "moves it by at most 1. null: the plain flag at the upper level."
     )
+    false_pages_per_30_days: float = Field(
+        1.0, gt=0, description="Expected false pages per 30 days of quiet traffic: the threshold is derived from it, the "
+        "statistic's normal spread at the current traffic, the sparse-vector noise and the baseline's own error (scale-free)."
+    )
+    threshold: float | None = Field(
+        21.0, ge=0, description="Absolute override (excess weighted events per window that page, plus z and rate_margin); "
+        "null (recommended): derived from false_pages_per_30_days."
+    )
+    z: float | None = Field(1.0, ge=0, description="With an absolute threshold only: extra margin in standard deviations sqrt(rate x mean events).")
+    rate_margin: float | None = Field(
+        0.1, ge=0, description="With an absolute threshold only: extra margin as a share of the expected count (rate x mean events)."
+    )
+
+    @model_validator(mode="after")
+    def _graded_below(self) -> "AlarmSettings":
+        if self.contamination_graded is not None and self.contamination_graded <= self.contamination:
+            raise ValueError(f"contamination_graded ({self.contamination_graded}) must be larger than contamination "
+                             f"({self.contamination}): the weight rises from the lower level to the upper one")
+        return self
+
     epsilon_threshold: float = Field(0.6, gt=0, description="Epsilon of one run's noisy threshold, charged when the run opens.")
     epsilon_page: float = Field(0.5, gt=0, description="Epsilon of each page (a positive answer), charged when it pages; quiet windows are free.")
     run_seconds: float = Field(

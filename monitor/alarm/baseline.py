@@ -6,6 +6,10 @@ model's reference exactly, and the rate drifts. On a public schedule the tracker
 releases the flagged and event totals of the windows since its last estimate, with
 Laplace noise, and tau = flagged / events is post-processing of those two releases.
 
+Graded weights (issue 26). ``learn_one`` takes each event's weight in [0, 1] (a plain
+flag is weight 0 or 1), so tau is the normal mean weight; clipping and sensitivities are
+in weight units, and one event still adds at most 1.
+
 Sensitivity. With an entity field, one privacy unit keeps at most one event per window,
 so over a span of W windows it moves the event total by at most W; its flagged events
 are clipped at ``flag_cap`` per span (public; a normal person is rarely flagged), so it
@@ -36,6 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
+from monitor.alarm.calibrate import baseline_rate_error
 from monitor.dp import noise_source
 
 __all__ = ["BaselineEstimate", "BaselineTracker"]
@@ -45,9 +50,12 @@ __all__ = ["BaselineEstimate", "BaselineTracker"]
 class BaselineEstimate:
     """A released estimate of the normal flagged rate (public: it is DP).
 
-    ``rate`` is the flagged share of events, ``events_per_window`` the mean number of
-    events per window, both over [span_start, span_end); ``epsilon`` is what the
-    release cost (pure DP).
+    ``rate`` is the flagged share of events (the mean weight, with graded weights),
+    ``events_per_window`` the mean number of events per window, both over [span_start,
+    span_end); ``epsilon`` is what the release cost (pure DP). ``rate_error`` is the
+    standard deviation of ``rate`` around the true normal rate (sampling and noise; a
+    function of public numbers only: post-processing), which the alarm's threshold
+    counts so that the baseline's own error does not turn into false pages.
     """
 
     rate: float
@@ -58,6 +66,7 @@ class BaselineEstimate:
     epsilon: float
     delta: float = 0.0
     mechanism: str = "laplace_global"
+    rate_error: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -95,7 +104,7 @@ class BaselineTracker:
         self._per_unit: Counter = Counter()
         self.estimate: BaselineEstimate | None = None
         self._span_start: float | None = None
-        self._flagged = 0
+        self._flagged = 0.0
         self._events = 0
 
     @property
@@ -119,24 +128,29 @@ class BaselineTracker:
             return None
         return self._span_start, self._span_start + self.span_length()
 
-    def learn_one(self, window_start: float, window_end: float, flagged: "np.ndarray | Sequence[bool]",
+    def learn_one(self, window_start: float, window_end: float, flagged: "np.ndarray | Sequence[bool] | Sequence[float]",
                   entities: "Sequence[str | None]" = ()) -> None:
-        """Add one window's events to the current span: ``flagged`` per event, and with
-        ``flag_cap`` set, each event's entity (to clip a unit's flags)."""
+        """Add one window's events to the current span: ``flagged`` per event (a flag, or a
+        weight in [0, 1]), and with ``flag_cap`` set, each event's entity (to clip a unit's
+        total weight)."""
         if self._span_start is None:
             self._span_start = float(window_start)
-        flagged = np.asarray(flagged, dtype=bool).reshape(-1)
-        self._events += int(flagged.size)
+        w = np.asarray(flagged).reshape(-1)
+        # A weight outside [0, 1] (or NaN) would break the sensitivity: clip it here, whatever the caller did.
+        w = np.clip(np.nan_to_num(w.astype(float), nan=0.0), 0.0, 1.0)
+        self._events += int(w.size)
         if self.flag_cap is None:
-            self._flagged += int(np.count_nonzero(flagged))
+            self._flagged += float(w.sum())
             return
-        if len(entities) != flagged.size:
+        if len(entities) != w.size:
             raise ValueError("flag_cap needs one entity per event")
-        for i in np.flatnonzero(flagged):
+        for i in np.flatnonzero(w > 0):
             e = entities[i]
-            if self._per_unit[e] < self.flag_cap:
-                self._per_unit[e] += 1
-                self._flagged += 1
+            room = self.flag_cap - self._per_unit[e]
+            if room > 0:
+                add = min(float(w[i]), room)
+                self._per_unit[e] += add
+                self._flagged += add
 
     def due(self, window_end: float) -> bool:
         """Has the current span reached its scheduled length (a function of time only)?"""
@@ -164,16 +178,19 @@ class BaselineTracker:
             rate = min(1.0, max(0.0, flagged / events))
         else:
             rate = self.estimate.rate if self.estimate is not None else 0.0
+        per_window = max(0.0, events / w)
+        error = baseline_rate_error(rate, per_window, w, eps_flagged, self.epsilon_events, flagged_sensitivity,
+                                    events_sensitivity)
         self.estimate = BaselineEstimate(
-            rate=rate, events_per_window=max(0.0, events / w), span_start=self._span_start, span_end=float(window_end),
-            span_windows=w, epsilon=epsilon,
+            rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
+            span_windows=w, epsilon=epsilon, rate_error=error,
         )
         self.skip()
         return self.estimate
 
     def skip(self) -> None:
         """Drop the current span unreleased (the budget could not pay for it)."""
-        self._span_start, self._flagged, self._events = None, 0, 0
+        self._span_start, self._flagged, self._events = None, 0.0, 0
         self._per_unit.clear()
 
     def resume(self, estimate: BaselineEstimate | None) -> None:

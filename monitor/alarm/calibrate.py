@@ -1,0 +1,262 @@
+"""The surge alarm on the user's own scale (DESIGN 9): graded weights, a threshold from a
+stated false-page rate, and what that threshold lets one see.
+
+Graded weights. Each event weighs w = clip((score - t_lo) / (t_hi - t_lo), 0, 1) between
+two calibrated score levels: 0 below the level that a share ``contamination_graded`` of
+normal events exceeds, 1 above the level that a share ``contamination`` exceeds. One
+privacy unit (one event per window) still moves the window's sum of weights by an
+amount in [0, 1], so the statistic a_i = sum w - tau n_i moves within [-tau, 1 - tau]:
+an interval of width 1, and the AboveThreshold argument is unchanged. Weights are
+quantised to integers in [0, RESOLUTION] (:func:`weight_units`) so every comparison
+stays exact (DESIGN 8); the clip is applied to the integers, so no rounding can widen
+the interval.
+
+Threshold. Under normal traffic a_i is the sum of n_i weights minus tau_hat n_i. Its
+spread comes from (1) the weights' own variation, at most n tau kappa with kappa =
+E[w^2] / E[w] <= 1 (w^2 <= w), (2) the baseline's estimation error sd_tau n (sampling
+and Laplace noise, :func:`baseline_rate_error`), and (3) the sparse-vector noise
+(Laplace 1/epsilon_page on each query, minus Laplace 1/epsilon_threshold on the
+threshold). The threshold T is the smallest number of excess events with
+
+    windows per 30 days x P[N(0, n tau kappa + (sd_tau n)^2) + L_q - L_t >= T] <= false_pages_per_30_days,
+
+a function of public numbers only (the config, the released baseline, the model's
+public calibration). It is scale-free: it grows like sqrt(n), so no absolute count is
+left to tune. Averaging the Gaussian baseline error into the tail is what makes the
+rate an expectation over days with good and bad baselines (a baseline two sd off still
+pages more often that day; the rate holds over the month).
+
+>>> T = false_page_threshold(rate=0.02, events=10_000, rate_error=0.0005, epsilon_threshold=0.6,
+...                          epsilon_page=0.5, false_pages_per_30_days=1.0, window_seconds=300)
+>>> 50 < T < 80
+True
+>>> v = visibility(T, rate=0.02, events=10_000, epsilon_page=0.5, epsilon_threshold=0.6)
+>>> 0.005 < v < 0.01
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy.special import ndtr
+
+__all__ = [
+    "graded_weights",
+    "weight_units",
+    "baseline_rate_error",
+    "false_page_threshold",
+    "false_pages_per_30_days",
+    "visibility",
+    "AlarmVisibility",
+    "alarm_visibility",
+    "baseline_problem",
+    "window_threshold",
+    "MIN_BASELINE_EVENTS_PER_WINDOW",
+]
+
+SECONDS_30_DAYS = 30 * 86400.0
+
+# Below this many events per window (mean over the baseline's span) the alarm has too
+# little traffic to tell a surge from chance, and a rate estimated from it is mostly noise.
+MIN_BASELINE_EVENTS_PER_WINDOW = 20.0
+
+
+def graded_weights(scores: "np.ndarray", t_lo: float, t_hi: float) -> np.ndarray:
+    """Each event's weight in [0, 1]: 0 at or below ``t_lo``, 1 above ``t_hi``, linear between.
+
+    With ``t_hi <= t_lo`` it is the plain flag ``score > t_hi`` (0 or 1).
+
+    >>> graded_weights(np.array([0.0, 1.0, 1.5, 2.0, 3.0]), 1.0, 2.0).tolist()
+    [0.0, 0.0, 0.5, 1.0, 1.0]
+    """
+    s = np.asarray(scores, dtype=float)
+    if not t_hi > t_lo:
+        return (s > t_hi).astype(float)
+    return np.clip((s - t_lo) / (t_hi - t_lo), 0.0, 1.0)
+
+
+def weight_units(scores: "np.ndarray", t_lo: float, t_hi: float, resolution: int) -> np.ndarray:
+    """Weights as integers in [0, resolution] (floor of w x resolution; 0 for a NaN score).
+
+    The clip is on the integers, so whatever the float rounding, one event adds at most
+    ``resolution`` units: the width the AboveThreshold proof needs.
+
+    >>> weight_units(np.array([0.0, 1.25, 9.0]), 1.0, 2.0, 4096).tolist()
+    [0, 1024, 4096]
+    """
+    w = graded_weights(scores, t_lo, t_hi) * resolution
+    units = np.floor(np.nan_to_num(w, nan=0.0, posinf=float(resolution), neginf=0.0))
+    return np.clip(units, 0, resolution).astype(np.int64)
+
+
+def baseline_rate_error(rate: float, events_per_window: float, span_windows: int, epsilon_flagged: float,
+                        epsilon_events: float, flagged_sensitivity: float, events_sensitivity: float) -> float:
+    """Standard deviation of a released baseline rate around the true normal rate (public).
+
+    Sampling (the span's weights vary: at most rate / events over the span) plus the two
+    Laplace releases' noise carried through the ratio (first order). Only public numbers:
+    the config and the released estimate.
+    """
+    total = max(events_per_window * span_windows, 1.0)
+    rate = min(max(rate, 0.0), 1.0)
+    sampling = rate / total
+    flagged_noise = 2.0 * (flagged_sensitivity / epsilon_flagged) ** 2 / total ** 2
+    events_noise = 2.0 * (rate * events_sensitivity / epsilon_events) ** 2 / total ** 2
+    return math.sqrt(sampling + flagged_noise + events_noise)
+
+
+def _svt_noise_density(x: np.ndarray, b_query: float, b_threshold: float) -> np.ndarray:
+    """Density of L_q - L_t, two independent Laplace variables of scales b_query, b_threshold."""
+    a, b = float(b_query), float(b_threshold)
+    ax = np.abs(x)
+    if abs(a - b) < 1e-9 * max(a, b):
+        return (1.0 + ax / a) * np.exp(-ax / a) / (4.0 * a)
+    return (a * np.exp(-ax / a) - b * np.exp(-ax / b)) / (2.0 * (a * a - b * b))
+
+
+@lru_cache(maxsize=256)
+def _tail(threshold: float, sd: float, b_query: float, b_threshold: float) -> float:
+    """P[N(0, sd^2) + L_q - L_t >= threshold], by quadrature over the Laplace difference."""
+    span = 40.0 * max(b_query, b_threshold) + 1e-9
+    x = np.linspace(-span, span, 8001)
+    dx = x[1] - x[0]
+    dens = _svt_noise_density(x, b_query, b_threshold)
+    if sd <= 0:
+        tail = (x >= threshold).astype(float)
+    else:
+        tail = ndtr((x - threshold) / sd)
+    return float(min(1.0, max(0.0, np.sum(dens * tail) * dx)))
+
+
+def _normal_sd(rate: float, events: float, rate_error: float, kappa: float) -> float:
+    n = max(float(events), 0.0)
+    return math.sqrt(n * min(max(rate, 0.0), 1.0) * kappa + (rate_error * n) ** 2)
+
+
+def false_pages_per_30_days(threshold: float, *, rate: float, events: float, rate_error: float, epsilon_threshold: float,
+                            epsilon_page: float, window_seconds: float, kappa: float = 1.0) -> float:
+    """Expected false pages per 30 days (quiet traffic) of a threshold of ``threshold``
+    excess events, at ``events`` per window and a normal weight share ``rate``."""
+    sd = _normal_sd(rate, events, rate_error, kappa)
+    per_window = _tail(round(float(threshold), 6), round(sd, 6), 1.0 / epsilon_page, 1.0 / epsilon_threshold)
+    return per_window * SECONDS_30_DAYS / window_seconds
+
+
+_expected_false_pages = false_pages_per_30_days
+
+
+def false_page_threshold(*, rate: float, events: float, rate_error: float, epsilon_threshold: float, epsilon_page: float,
+                         false_pages_per_30_days: float, window_seconds: float, kappa: float = 1.0) -> float:
+    """The smallest threshold (excess events per window) whose expected false pages per 30
+    days stay within ``false_pages_per_30_days`` (see the module docstring). Public."""
+    if not false_pages_per_30_days > 0:
+        raise ValueError(f"false_pages_per_30_days must be positive, got {false_pages_per_30_days!r}")
+    kw = dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=epsilon_threshold,
+              epsilon_page=epsilon_page, window_seconds=window_seconds, kappa=kappa)
+    lo, hi = 0.0, 1.0
+    while _expected_false_pages(hi, **kw) > false_pages_per_30_days:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e12:
+            break
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if _expected_false_pages(mid, **kw) > false_pages_per_30_days:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def visibility(threshold: float, *, rate: float, events: float, epsilon_page: float, epsilon_threshold: float,
+               power: float = 0.95, kappa: float = 1.0) -> float:
+    """The smallest surge, as a share of the people online, that pages in its first window
+    with probability ``power``, if every surge event weighs 1 (scores above the upper level).
+
+    A surge share s replaces s n normal events (weight tau on average) by anomalous ones:
+    the statistic rises by s n (1 - tau). It pages when that, plus the normal spread and
+    the sparse-vector noise, clears ``threshold``.
+    """
+    n = max(float(events), 1.0)
+    tau = min(max(rate, 0.0), 1.0)
+    sd = math.sqrt(n * tau * kappa)  # this window's own spread: the baseline error is already in the threshold
+    b_q, b_t = 1.0 / epsilon_page, 1.0 / epsilon_threshold
+    # Find the excess x with P[x + noise >= threshold] >= power.
+    lo, hi = 0.0, max(1.0, 2 * threshold + 10 * (sd + b_q + b_t))
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if _tail(round(threshold - mid, 6), round(sd, 6), b_q, b_t) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return min(1.0, hi / (n * max(1.0 - tau, 1e-9)))
+
+
+@dataclass(frozen=True)
+class AlarmVisibility:
+    """What the alarm can see at a given traffic (public: from the config and released values).
+
+    ``threshold``: excess weighted events per window that page; ``smallest_surge_share``:
+    the share of people online whose anomalies page in the first window 95 % of the time;
+    ``false_pages_per_30_days``: what the threshold implies on quiet traffic.
+    """
+
+    events_per_window: float
+    rate: float
+    threshold: float
+    smallest_surge_share: float
+    false_pages_per_30_days: float
+
+
+def alarm_visibility(settings, window_seconds: float, rate: float, events_per_window: float,
+                     rate_error: float = 0.0, kappa: float = 1.0) -> AlarmVisibility:
+    """The threshold the alarm uses at ``events_per_window`` and a normal weight share
+    ``rate``, the smallest surge it pages on within one window 95 % of the time, and its
+    false-page rate. ``settings`` is the config's ``alarm`` block. For ``monitor budget``
+    and the start-up plan (before any baseline, pass the model's calibrated share).
+
+    >>> from monitor.config import AlarmSettings
+    >>> v = alarm_visibility(AlarmSettings(), 300, rate=0.03, events_per_window=1500)
+    >>> 0.01 < v.smallest_surge_share < 0.1, round(v.false_pages_per_30_days, 2) <= 1.0
+    (True, True)
+    """
+    thr = window_threshold(settings, window_seconds, rate, events_per_window, rate_error, kappa)
+    share = visibility(thr, rate=rate, events=events_per_window, epsilon_page=settings.epsilon_page,
+                       epsilon_threshold=settings.epsilon_threshold, kappa=kappa)
+    fp = false_pages_per_30_days(thr, rate=rate, events=events_per_window, rate_error=rate_error,
+                                 epsilon_threshold=settings.epsilon_threshold, epsilon_page=settings.epsilon_page,
+                                 window_seconds=window_seconds, kappa=kappa)
+    return AlarmVisibility(events_per_window, rate, thr, share, fp)
+
+
+def window_threshold(settings, window_seconds: float, rate: float, events_per_window: float,
+                     rate_error: float = 0.0, kappa: float = 1.0) -> float:
+    """T in excess (weighted) events per window, public: from ``alarm.false_pages_per_30_days``,
+    or, where the config still sets the absolute ``alarm.threshold``, threshold + z sd +
+    rate_margin x expected (the pre-issue-26 rule, kept for configs that pin it)."""
+    expected = max(0.0, rate * events_per_window)
+    if settings.threshold is not None:
+        return settings.threshold + (settings.z or 0.0) * math.sqrt(expected) + (settings.rate_margin or 0.0) * expected
+    return false_page_threshold(rate=rate, events=events_per_window, rate_error=rate_error,
+                                epsilon_threshold=settings.epsilon_threshold, epsilon_page=settings.epsilon_page,
+                                false_pages_per_30_days=settings.false_pages_per_30_days,
+                                window_seconds=window_seconds, kappa=kappa)
+
+
+def baseline_problem(rate: float, events_per_window: float) -> str | None:
+    """Why a released baseline cannot be used as it is (public), or None.
+
+    A rate of 0 (nothing flagged, or noise larger than the count) would make every
+    flagged event look like a surge; too few events per window make any rate mostly noise.
+    The releaser announces it and keeps the alarm warming up.
+    """
+    if events_per_window < MIN_BASELINE_EVENTS_PER_WINDOW:
+        return (f"the baseline saw {events_per_window:.1f} events per window (fewer than {MIN_BASELINE_EVENTS_PER_WINDOW:g}): "
+                "too little traffic to tell a surge from chance")
+    if rate <= 0.0:
+        return ("the baseline's normal share is 0 (no event weighed above the lower level, or its noise was larger than "
+                "the count): a longer baseline_warmup_seconds or more epsilon_baseline_warmup is needed")
+    return None
