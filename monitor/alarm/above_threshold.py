@@ -6,18 +6,24 @@ T_i?"; its negative answers are free and each positive answer has a price.
 Neighbouring streams. Queries are integers (the caller scales its statistic to a
 fixed resolution). One privacy unit may move every query of the run, each by an
 amount in an interval of width ``width`` that contains 0, e.g. [-tau, 1 - tau] for the
-surge statistic f - tau n at resolution 1 (one event per unit per window).
+surge statistic f - tau n at resolution 1 (one event per unit per window). The
+intervals of a run's queries may differ (tau follows a baseline) as long as each is
+[-m_i, width - m_i] with every m_i of the run in one band [m_lo, m_lo + drift] inside
+[0, width]: ``drift`` is that band's width.
 
 Guarantee, per outcome. With threshold noise of scale width / epsilon_threshold and
-query noise of scale width / epsilon_positive, every output sequence o with k(o)
+query noise of scale (width + drift) / epsilon_positive, every output sequence o with k(o)
 positive answers has
 
     P[o | D] <= exp(epsilon_threshold + k(o) epsilon_positive) P[o | D']
 
 for neighbouring D, D' (Lyu, Su, Li 2017, proof of Theorem 2: shift the threshold noise
-by the largest upward move, at most ``width``, which keeps every negative answer, and
-each positive answer's noise by at most the width of the interval, not twice a
-sensitivity as for arbitrary +-Delta queries). So a caller may pay as it goes:
+by the largest upward move s = max_i (width - m_i) <= width, which keeps every negative
+answer, and each positive answer's noise by s - move_i, at most
+(width - m_lo) + (m_lo + drift) = width + drift; not twice a sensitivity as for
+arbitrary +-Delta queries). With drift = 0 (one tau for the whole run) that is the
+plain width-1 argument; a tau that moved freely inside a run would need
+width + (tau_max - tau_min) per positive, which the run did not pay for. So a caller may pay as it goes:
 charge epsilon_threshold when the run starts and epsilon_positive with each positive
 answer, and ask a query only when its budget could pay for one more positive answer.
 Every possible output then stays within the budget, which is pure DP for the whole
@@ -57,19 +63,25 @@ class AboveThreshold:
     width:
         Width of the interval (containing 0) by which one privacy unit can move each
         query, in the queries' integer units.
+    drift:
+        How far the intervals of one run's queries may be offset from one another (see
+        the module docstring), in the same units; the positive answers' noise covers it.
     rng:
         None in production (OpenDP, OS randomness); a seed for tests.
     """
 
-    def __init__(self, epsilon_threshold: float, epsilon_positive: float, width: int, rng=None) -> None:
+    def __init__(self, epsilon_threshold: float, epsilon_positive: float, width: int, drift: int = 0, rng=None) -> None:
         for name, value in (("epsilon_threshold", epsilon_threshold), ("epsilon_positive", epsilon_positive)):
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         if int(width) != width or width < 1:
             raise ValueError(f"width must be a positive integer, got {width!r}")
+        if int(drift) != drift or not 0 <= drift <= width:
+            raise ValueError(f"drift must be an integer in [0, width], got {drift!r}")
         self.epsilon_threshold = float(epsilon_threshold)
         self.epsilon_positive = float(epsilon_positive)
         self.width = int(width)
+        self.drift = int(drift)
         self._noise: NoiseSource = noise_source(rng)
         self._rho: int | None = None
         self.positives = 0
@@ -85,7 +97,7 @@ class AboveThreshold:
 
     @property
     def query_scale(self) -> float:
-        return self.width / self.epsilon_positive
+        return (self.width + self.drift) / self.epsilon_positive
 
     @property
     def active(self) -> bool:

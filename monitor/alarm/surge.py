@@ -17,6 +17,16 @@ releaser: a quiet run goes on, one that has paged ends at its calendar boundary)
 Exactness: tau is rounded to a multiple of 1 / RESOLUTION (post-processing), so
 RESOLUTION a_i = RESOLUTION f_i - m n_i is an integer, and so is every comparison.
 
+One tau band per run. The AboveThreshold argument couples every window a run answers,
+so the interval [-tau, 1 - tau] by which a person moves a_i must stay put for the whole
+run: were tau to move from tau_min to tau_max inside a run (a baseline refresh), a page
+would cost epsilon_page (1 + tau_max - tau_min), not epsilon_page. A run therefore fixes,
+when it opens, a band of width TAU_BAND around its baseline's rate; the rate it uses is
+clamped into that band, the pages' noise is widened by the band (1 + TAU_BAND times the
+plain scale, so each page still costs exactly epsilon_page), and ``accepts`` tells the
+caller when a new baseline has left the band, so that it ends the run and opens one
+around the new rate.
+
 Guarantee: a run that pages k times is (epsilon_threshold + k epsilon_page, 0)-DP for
 entity-level neighbours over all the windows it answers, for every outcome (see
 ``AboveThreshold``). The caller charges epsilon_threshold over the run's span when it
@@ -25,7 +35,7 @@ when its budget could pay for a page.
 
 >>> alarm = SurgeAlarm(epsilon_threshold=1.0, epsilon_page=1.0, threshold=20, z=3.0, hold_windows=2, rng=1)
 >>> base = BaselineEstimate(rate=0.01, events_per_window=1000, span_start=0, span_end=60, span_windows=1, epsilon=0.2)
->>> alarm.open_run(run_id=1)
+>>> alarm.open_run(run_id=1, baseline=base)
 >>> [alarm.answer_one(f, 1000, base).state for f in (9, 12, 80, 85, 90, 10)]
 ['quiet', 'quiet', 'fired', 'held', 'held', 'quiet']
 >>> alarm.svt.epsilon_spent  # the threshold and one page
@@ -41,10 +51,14 @@ from typing import Literal
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate
 
-__all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "AlarmState"]
+__all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "TAU_BAND", "AlarmState"]
 
 # Integer units per event of the statistic: tau is a multiple of 1 / RESOLUTION.
 RESOLUTION = 1 << 12
+# Width of the band a run's tau may move in (public). Normal flagged rates drift by far
+# less within a run; the price is page noise 10 % wider, against a new run's threshold
+# (epsilon_threshold) every time a refreshed baseline moved tau at all.
+TAU_BAND = 0.1
 
 AlarmState = Literal["fired", "held", "quiet", "warming_up", "suppressed", "off"]
 
@@ -108,13 +122,14 @@ class SurgeAlarm:
             raise ValueError(f"rate_margin must be a non-negative number, got {rate_margin!r}")
         if int(hold_windows) != hold_windows or hold_windows < 0:
             raise ValueError(f"hold_windows must be a non-negative integer, got {hold_windows!r}")
-        self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION, rng=rng)
+        self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION, drift=_BAND_UNITS, rng=rng)
         self.threshold = float(threshold)
         self.z = float(z)
         self.rate_margin = float(rate_margin)
         self.hold_windows = int(hold_windows)
         self.run: int | None = None
         self._hold_left = 0
+        self._band: tuple[int, int] | None = None  # the open run's [m_lo, m_hi], in 1 / RESOLUTION
 
     @property
     def holding(self) -> bool:
@@ -124,10 +139,29 @@ class SurgeAlarm:
         """True when the next query needs a new (charged) run."""
         return not self.holding and not self.svt.active
 
-    def open_run(self, run_id: int) -> None:
-        """Start run ``run_id``: call only after its charge is recorded."""
+    def open_run(self, run_id: int, baseline: BaselineEstimate | None = None) -> None:
+        """Start run ``run_id``: call only after its charge is recorded. Its tau band is
+        centred on ``baseline``'s rate (on the first answered window's, if None)."""
         self.svt.start()
         self.run = int(run_id)
+        self._band = None if baseline is None else _band_around(baseline.rate)
+
+    def accepts(self, baseline: BaselineEstimate | None) -> bool:
+        """Can the open run use ``baseline``'s rate without clamping it (public)?
+
+        False once a refreshed baseline has left the run's band: the caller should end the
+        run and open a new one, or the clamped tau would bias the statistic.
+        """
+        if self._band is None or baseline is None:
+            return True
+        return self._band[0] <= _units(baseline.rate) <= self._band[1]
+
+    def run_rate_units(self, baseline: BaselineEstimate) -> int:
+        """The m of a_i = (RESOLUTION f - m n) / RESOLUTION the open run uses with ``baseline``."""
+        if self._band is None:
+            self._band = _band_around(baseline.rate)
+        lo, hi = self._band
+        return min(max(_units(baseline.rate), lo), hi)
 
     @property
     def has_paged(self) -> bool:
@@ -135,9 +169,10 @@ class SurgeAlarm:
         return self.svt.active and self.svt.positives > 0
 
     def close_run(self) -> None:
-        """Forget the run (its span ended, or a restart)."""
+        """Forget the run (its span ended, its tau band was left, or a restart)."""
         self.svt.stop()
         self.run = None
+        self._band = None
 
     def window_threshold(self, baseline: BaselineEstimate) -> float:
         """T_i in events: public, from the config and the released baseline only."""
@@ -155,9 +190,21 @@ class SurgeAlarm:
             return AlarmAnswer("held", self.run, self.svt.epsilon_spent, threshold, baseline.rate)
         if not self.svt.active or not can_page:
             return AlarmAnswer("suppressed", self.run, self.svt.epsilon_spent if self.svt.active else 0.0, threshold, baseline.rate)
-        m = round(baseline.rate * RESOLUTION)
-        statistic = RESOLUTION * int(flagged) - m * int(events)
+        statistic = RESOLUTION * int(flagged) - self.run_rate_units(baseline) * int(events)
         fired = self.svt.test_one(statistic, math.ceil(threshold * RESOLUTION))
         if fired:
             self._hold_left = self.hold_windows
         return AlarmAnswer("fired" if fired else "quiet", self.run, self.svt.epsilon_spent, threshold, baseline.rate)
+
+
+_BAND_UNITS = round(TAU_BAND * RESOLUTION)
+
+
+def _units(rate: float) -> int:
+    return round(min(1.0, max(0.0, rate)) * RESOLUTION)
+
+
+def _band_around(rate: float) -> tuple[int, int]:
+    """A band of width TAU_BAND inside [0, 1] (in 1 / RESOLUTION units), centred on ``rate`` where it fits."""
+    lo = min(max(_units(rate) - _BAND_UNITS // 2, 0), RESOLUTION - _BAND_UNITS)
+    return lo, lo + _BAND_UNITS

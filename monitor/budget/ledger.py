@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import math
 import sqlite3
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -43,7 +42,7 @@ _SCHEMA = [
         delta        REAL NOT NULL,
         payload      BLOB,            -- the alert record's UTF-8 bytes, exactly as published
         reason       TEXT,            -- why a window was suppressed
-        recorded_at  REAL NOT NULL,   -- wall clock when the row was written
+        recorded_at  REAL NOT NULL,   -- the window's scheduled publication time (public), never the wall clock
         published    INTEGER NOT NULL DEFAULT 0,
         CHECK ((status = 'released') = (payload IS NOT NULL))
     )""",
@@ -61,7 +60,7 @@ _CHARGES = [
         span_end    REAL NOT NULL CHECK (span_end >= span_start),
         epsilon     REAL NOT NULL CHECK (epsilon >= 0),
         delta       REAL NOT NULL CHECK (delta >= 0 AND delta < 1),
-        recorded_at REAL NOT NULL
+        recorded_at REAL NOT NULL   -- the span's start (public), never the wall clock
     )""",
     "CREATE INDEX charges_by_span ON charges (span_end, span_start, epsilon, delta)",
 ]
@@ -153,21 +152,28 @@ class WindowLedger:
         return None if row is None else _entry(row)
 
     def _insert_once(
-        self, window_start: float, window_end: float, status: str, eps: float, delta: float, payload: bytes | None, reason: str | None
+        self, window_start: float, window_end: float, status: str, eps: float, delta: float, payload: bytes | None,
+        reason: str | None, recorded_at: float | None = None,
     ) -> LedgerEntry:
+        # recorded_at is a scheduled time, not time.time(): how long a release took
+        # depends on the data, and the ledger is readable by whoever runs `monitor budget`.
         # Insert-or-return-existing under one write lock: whatever was stored first wins,
         # so a window is never charged twice, even if the caller retries after a crash.
         with self._tx.write() as conn:
             conn.execute(
                 f"INSERT INTO windows ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0) ON CONFLICT (window_start) DO NOTHING",
-                (window_start, window_end, status, eps, delta, payload, reason, time.time()),
+                (window_start, window_end, status, eps, delta, payload, reason,
+                 window_end if recorded_at is None else float(recorded_at)),
             )
             entry = self._get(conn, window_start)
         assert entry is not None
         return entry
 
-    def record_release(self, window_start: float, window_end: float, epsilon: float, delta: float, payload: str | bytes) -> LedgerEntry:
+    def record_release(self, window_start: float, window_end: float, epsilon: float, delta: float, payload: str | bytes,
+                       recorded_at: float | None = None) -> LedgerEntry:
         """Store a released window and its alert record; return the stored entry.
+
+        ``recorded_at``: the window's scheduled publication time (public); its end if None.
 
         If the window is already in the ledger (released or suppressed), nothing is
         written and the existing entry is returned: check ``entry.payload`` against
@@ -178,7 +184,7 @@ class WindowLedger:
             raise ValueError(f"window cost must have epsilon >= 0 and 0 <= delta < 1, got ({epsilon}, {delta})")
         data = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
         data.decode("utf-8")  # refuse non-UTF-8 now rather than at republish time
-        return self._insert_once(window_start, window_end, "released", float(epsilon), float(delta), data, None)
+        return self._insert_once(window_start, window_end, "released", float(epsilon), float(delta), data, None, recorded_at)
 
     def record_suppressed(self, window_start: float, window_end: float, reason: str = "budget") -> LedgerEntry:
         """Store a window that was not released (costs nothing); idempotent like ``record_release``."""
@@ -268,7 +274,7 @@ class WindowLedger:
         with self._tx.write() as conn:
             cur = conn.execute(
                 "INSERT INTO charges (kind, span_start, span_end, epsilon, delta, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (kind, float(span_start), float(span_end), float(epsilon), float(delta), time.time()),
+                (kind, float(span_start), float(span_end), float(epsilon), float(delta), float(span_start)),
             )
             return int(cur.lastrowid)
 
