@@ -20,7 +20,6 @@ and on the alarm's published answer, never on the data directly.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from dataclasses import dataclass
@@ -218,36 +217,13 @@ class WindowReleaser:
         the alert record commit together, or not at all (a crash before the commit leaves
         nothing, and the window is released afresh after the restart).
         """
-        # The alarm's and the baseline's state change while the record is drawn; if the
-        # transaction fails (a full disk, a locked ledger) the ledger rolls back, and so
-        # must they, or a retry would publish answers whose charges were rolled back (a
-        # "held" with no page paid, a run whose charge is gone).
-        state = self._snapshot()
-        try:
-            with self.ledger.transaction():
-                existing = self.ledger.get(window.start)
-                if existing is not None:
-                    return ReleasedWindow(existing, replayed=True)
-                record, cost = self._record(window, released_at)
-                entry = self.ledger.record_release(window.start, window.end, *cost, json.dumps(record),
-                                                   recorded_at=released_at)
-        except BaseException:
-            self._restore(state)
-            raise
+        with self.ledger.transaction():
+            existing = self.ledger.get(window.start)
+            if existing is not None:
+                return ReleasedWindow(existing, replayed=True)
+            record, cost = self._record(window, released_at)
+            entry = self.ledger.record_release(window.start, window.end, *cost, json.dumps(record))
         return ReleasedWindow(entry, replayed=False)
-
-    def _snapshot(self) -> dict:
-        # Deep copies, except the noise source: a retry draws fresh noise (nothing drawn
-        # before the failure was published).
-        memo = {id(self._noise): self._noise}
-        return copy.deepcopy({"alarm": self.alarm.__dict__, "baseline": self.baseline.__dict__,
-                              "run_span": self._run_span}, memo)
-
-    def _restore(self, state: dict) -> None:
-        for obj, saved in ((self.alarm, state["alarm"]), (self.baseline, state["baseline"])):
-            obj.__dict__.clear()
-            obj.__dict__.update(saved)
-        self._run_span = state["run_span"]
 
     def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = ()) -> bool:
         # The window's own row is written last; span charges made so far are already in
@@ -273,8 +249,7 @@ class WindowReleaser:
         if self.baseline.due(window.end):
             span_start, _ = self.baseline.span_bounds()
             cost = (self.baseline.epsilon, 0.0)
-            # The estimate covers its whole span: every period the span touches must pay.
-            if self._fits(window, cost) and self.accountant.fits_span(span_start, window.end, cost):
+            if self._fits(window, cost):
                 self.ledger.add_charge("baseline", span_start, window.end, *cost)
                 released_baseline = self.baseline.release(window.end)
                 charges.append({"kind": "baseline", "epsilon": cost[0], "delta": 0.0, "span": [span_start, window.end]})
@@ -289,17 +264,12 @@ class WindowReleaser:
         else:
             if self.alarm.run is not None and window.end > self._run_span[1]:
                 self._carry_or_close_run(window, charges)
-            if self.alarm.run is not None and not self.alarm.accepts(self.baseline.estimate):
-                # The refreshed baseline left the run's tau band: the run answers no more
-                # windows (its own charge ends here), and a new run opens around the new rate.
-                self.ledger.end_charge(self.alarm.run, window.start)
-                self.alarm.close_run()
             if self.baseline.estimate is not None and self.alarm.needs_run():
                 cost = (a.epsilon_threshold, 0.0)
                 if self._fits(window, cost):
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
                     run_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
-                    self.alarm.open_run(run_id, self.baseline.estimate)
+                    self.alarm.open_run(run_id)
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).

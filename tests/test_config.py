@@ -65,6 +65,6 @@ def test_missing_file_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
 def test_smooth_mechanism_with_zero_delta_is_refused_at_start(mechanism):
     with pytest.raises(ConfigError, match=rf"report.delta_top_count must be positive with report.mechanism '{mechanism}'"):
-        parse_config({**BASE, "report": {"mechanism": mechanism, "delta_top_count": 0}})
+        parse_config({**BASE, "report": {"mechanism": mechanism, "top_h": 1, "delta_top_count": 0}})
     # Pure mechanisms need no delta.
     parse_config({**BASE, "report": {"mechanism": "student_t", "delta_count": 0, "delta_top_count": 0}})

@@ -125,7 +125,8 @@ def burst_verdict(records: list[dict], stats: SimulationStats) -> BurstVerdict:
             if fired and not paged:
                 paged, delay = 1, e - stats.burst_from
                 report = r.get("report") or {}
-                grid = (report.get("top_grid") or {}).get("grid")
+                # The report's 'where' names features; records stored before it name a top grid.
+                grid = "+".join((report.get("where") or {}).get("features") or []) or (report.get("top_grid") or {}).get("grid")
         elif fired:
             false += 1
     return BurstVerdict(bool(paged), touched, delay, false, grid)
@@ -165,10 +166,12 @@ class ReleaseBoard:
             return "-"
         if "suppressed" in report:
             return f"suppressed ({report['suppressed']})"
-        grid = report.get("top_grid")
+        if report.get("headline"):
+            return f"{report['headline']}; events {_noisy(report['event_count'])}"
+        grid = report.get("top_grid")  # records stored before the report's 'where'
         where = f"grid {grid['grid']} ({_noisy(grid['flagged_count'])} flagged), " if grid else ""
-        return (f"{where}events {_noisy(report['event_count'])}, flagged {_noisy(report['flagged_count'])}, "
-                f"outliers {_noisy(report['outlier_count'])}")
+        outliers = f", outliers {_noisy(report['outlier_count'])}" if report.get("outlier_count") else ""
+        return f"{where}events {_noisy(report['event_count'])}, flagged {_noisy(report['flagged_count'])}{outliers}"
 
     def _burst_label(self, record: dict) -> str:
         share = self._burst_of(record["window_start"], record["window_end"])
