@@ -12,6 +12,17 @@ window's shard again (a new attempt, possibly with events that were late the fir
 time); stage 2 keeps, per window and partition, the first attempt whose chunks are all
 on the topic, in topic order, so every process that reads the topic agrees on it.
 
+Two small *markers* travel on the same topic (``kind``), so stage 2 knows which
+partitions it must wait for, however slow their stage 1 is:
+
+- ``cut``: sent by stage 1 at a window's close time for each partition it owns, with the
+  partition's log end (highwater) observed then: "this partition's shard of the window
+  will follow". Stage 2 does not release the window without the shard of a partition
+  that sent one (docs/scaling.md, "What a window holds"), whatever the grace;
+- ``start``: sent by stage 1 when it takes a partition over, with the first window it
+  rebuilds: a cut of an older window from that partition will never be followed by a
+  shard, so stage 2 stops waiting for it.
+
 The internal topic holds raw data: it is inside the trust boundary, like the input.
 
 >>> from monitor.stream.windows import ClosedWindow, smallest_offsets
@@ -25,6 +36,12 @@ The internal topic holds raw data: it is inside the trust boundary, like the inp
 >>> c.add(encode_shard(ClosedWindow(0.0, 60.0, np.zeros((0, 2)), np.zeros(0, bool), ()), 1, 2, "y", 10)[0], 6, 0)
 >>> c.complete(0), c.take(0, n_features=2).event_ids
 (True, ('a',))
+>>> c.add(encode_marker("cut", 60.0, partition=1, n_partitions=2, offset=7), 8, 0)
+>>> c.waiting(1)
+[1]
+>>> c.add(encode_marker("start", 120.0, partition=1, n_partitions=2, offset=9), 9, 0)
+>>> c.waiting(1)
+[]
 """
 
 from __future__ import annotations
@@ -38,7 +55,7 @@ import orjson
 
 from monitor.stream.windows import ClosedWindow, smallest_offsets
 
-__all__ = ["encode_shard", "chunk_events", "dumps", "loads", "ShardCollector"]
+__all__ = ["encode_shard", "encode_marker", "chunk_events", "dumps", "loads", "ShardCollector"]
 
 # A chunk stays well under Kafka's default 1 MB message limit: about 24 bytes per JSON
 # float plus ids and entities, budgeted at 400 kB per chunk.
@@ -72,6 +89,17 @@ def encode_shard(window: ClosedWindow, partition: int, n_partitions: int, attemp
     return out
 
 
+def encode_marker(kind: str, window_start: float, *, partition: int, n_partitions: int,
+                  offset: int | None) -> dict[str, Any]:
+    """A ``cut`` (window ``window_start`` closed; the partition's log end then was
+    ``offset``) or ``start`` (a new owner rebuilds windows from ``window_start`` on, from
+    input offset ``offset``) marker."""
+    if kind not in ("cut", "start"):
+        raise ValueError(f"unknown marker kind {kind!r}")
+    return {"v": _VERSION, "kind": kind, "window_start": window_start, "partition": partition,
+            "n_partitions": n_partitions, "offset": offset}
+
+
 def dumps(chunk: dict[str, Any]) -> bytes:
     return orjson.dumps(chunk)
 
@@ -92,6 +120,9 @@ class _Window:
     # source (internal-topic partition) -> smallest offset of a record of this window
     first_offsets: dict[int, int] = field(default_factory=dict)
     n_partitions: int = 0
+    # input partitions whose stage 1 sent a cut for this window (and was not replaced
+    # since by an owner that starts after it): their shard must be waited for
+    promised: set[int] = field(default_factory=set)
 
 
 class ShardCollector:
@@ -106,6 +137,16 @@ class ShardCollector:
         return round(start / self.size)
 
     def add(self, chunk: dict[str, Any], offset: int, source: int) -> None:
+        """One record of the internal topic (a shard chunk or a marker), in topic order."""
+        kind = chunk.get("kind")
+        if kind == "start":
+            # The partition's new owner rebuilds from this window on: older cuts from the
+            # partition are promises nobody will keep.
+            first, p = self.index_of(chunk["window_start"]), int(chunk["partition"])
+            for n, w in self._windows.items():
+                if n < first:
+                    w.promised.discard(p)
+            return
         w = self._windows.setdefault(self.index_of(chunk["window_start"]), _Window())
         if offset < w.first_offsets.get(source, offset + 1):
             w.first_offsets[source] = offset
@@ -113,6 +154,10 @@ class ShardCollector:
         w.n_partitions = max(w.n_partitions, n)
         self.n_partitions = max(self.n_partitions, n)
         p = int(chunk["partition"])
+        if kind == "cut":
+            if p not in w.done:
+                w.promised.add(p)
+            return
         if p in w.done:  # an earlier attempt is complete: later ones are ignored
             return
         parts = w.attempts.setdefault((p, chunk["attempt"]), {})
@@ -126,6 +171,11 @@ class ShardCollector:
         """How many input partitions have reported window ``index`` completely."""
         w = self._windows.get(index)
         return len(w.done) if w else 0
+
+    def waiting(self, index: int) -> list[int]:
+        """Input partitions that sent a cut for window ``index`` and no complete shard yet."""
+        w = self._windows.get(index)
+        return sorted(w.promised - set(w.done)) if w else []
 
     def complete(self, index: int) -> bool:
         """True once every input partition has reported window ``index``."""

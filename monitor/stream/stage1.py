@@ -1,24 +1,40 @@
 """Stage 1: validate, score, bound contributions, window; hand shards to stage 2.
 
 One consumer in the input topic's group (``stream.group_id``); any number of processes.
-Per assigned input partition it keeps a :class:`WindowStore`. Once the partition is
-read up to its highwater at assignment and a window's close time (end + allowed
-lateness) has passed, the window's shard from that partition (see ``shards``) is sent
-to the internal topic, keyed by window, and acknowledged by the broker; only then is
-the window forgotten and the input offset committed past its events. A crash at any
-point therefore re-reads the events and sends the shard again (a new attempt, which
-stage 2 ignores if an earlier one is complete).
+Per assigned input partition it keeps a :class:`WindowStore`.
+
+What a window holds is decided by the broker's log, not by how fast it is read
+(docs/scaling.md, "What a window holds"): an event belongs to window W when its event
+time is in W and its record was created (Kafka record timestamp) before W's close time
+(end + allowed lateness). At each close time a watcher thread, which does no event work,
+reads every owned partition's log end (highwater, from a fetch response: Tansu's
+list-offsets answers are wrong) with a consumer of its own, and sends a ``cut`` marker
+to the internal topic. The shard of W from partition p (see ``shards``) is sent only
+once the stage has read p up to that cut, however long that takes; stage 2 waits for
+it. Shards are sent keyed by window and acknowledged by the broker; only then is the
+window forgotten and the input offset committed past its events. A crash at any point
+therefore re-reads the events and sends the shard again (a new attempt, which stage 2
+ignores if an earlier one is complete); the same records give the same window.
+
+Each person's work is bounded before the costly steps: late events and repeated
+entities are dropped (``WindowStore.select``) before the model scores anything, and a
+malformed message costs a few more batch decodes of the messages around it (bisection),
+never a per-message pass over everyone else's.
 
 A partition this process takes over (from a dead or departed member) is read from its
 committed offset with windows from ``now - lateness - grace`` on: every window stage 2
 may still wait for is rebuilt, and the windows already shipped are sent again as
-attempts stage 2 ignores.
+attempts stage 2 ignores. A ``start`` marker tells stage 2 so: a cut the previous owner
+sent for an older window will not be followed by a shard. Windows that closed before the
+takeover are cut at the highwater the new owner first sees.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import threading
 import time
 import uuid
 from collections import Counter, deque
@@ -30,8 +46,8 @@ import numpy as np
 
 from monitor.stream.events import InvalidEvent
 from monitor.stream.publisher import SEND_TIMEOUT_S
-from monitor.stream.shards import dumps, encode_shard
-from monitor.stream.windows import WindowStore, take as _take
+from monitor.stream.shards import dumps, encode_marker, encode_shard
+from monitor.stream.windows import Selection, WindowStore, take as _take
 
 log = logging.getLogger("monitor.stream")
 
@@ -43,6 +59,13 @@ CATCH_UP_TIMEOUT_S = 30.0
 # Windows shipped per partition and round, so one long backlog does not starve the loop.
 _SHIP_BATCH = 64
 _JOIN_POLL_MS = _MAX_POLL_MS = 200
+# A window whose cut the watcher did not record this long after its close (the broker
+# did not answer) is cut at the stage's own latest highwater instead, with a warning.
+CUT_TIMEOUT_S = 10.0
+# How long the watcher tries to read the log ends at one close time.
+_CUT_SAMPLE_TIMEOUT_S = 5.0
+# Messages below this many are decoded one by one when bisecting around a malformed one.
+_BISECT_LEAF = 8
 
 
 def _column(records, name: str) -> list:
@@ -76,6 +99,15 @@ class Stage1:
         self._rebalancing = False
         self._last_commit: dict | None = None
         self.n_partitions = 0
+        # The watcher thread writes these; the stage reads them (under the lock).
+        self._lock = threading.Lock()
+        self._owned: set = set()
+        self._assigned_at: dict[Any, float] = {}  # partition -> wall-clock time of assignment
+        self._cuts: dict[Any, dict[int, int]] = {}  # partition -> window index -> log end at its close
+        self._markers: deque[tuple[str, float, int]] = deque()  # start markers to send: (kind, window start, partition)
+        self._cut_warned: set = set()
+        self._watcher: threading.Thread | None = None
+        self._watch_stop = threading.Event()
 
     # -- group ------------------------------------------------------------------------
     def subscribe(self, consumer) -> None:
@@ -92,6 +124,8 @@ class Stage1:
 
         self.consumer = consumer
         consumer.subscribe([self.config.stream.input_topic], listener=_Listener())
+        self._watcher = threading.Thread(target=self._watch_cuts, name="stage1-cuts", daemon=True)
+        self._watcher.start()
 
     def _on_assigned(self, assigned) -> None:
         deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
@@ -109,6 +143,12 @@ class Stage1:
                     self.consumer.seek(tp, offset)
                     log.info("partition %d: reading again from offset %d", tp.partition, offset)
             self.stores[tp] = WindowStore(self.size, self.lateness, first_start, len(self.config.features))
+            with self._lock:
+                self._owned.add(tp)
+                self._assigned_at[tp] = time.time()
+                self._cuts[tp] = {}
+            # Sent by the loop (not here, on the client's IO thread), before any shard.
+            self._markers.append(("start", self.stores[tp].next_start, tp.partition))
         self._rewind.clear()  # the others' new owners start from the committed offsets
         self._rebalancing = False
         parts = self.consumer.partitions_for_topic(self.config.stream.input_topic)
@@ -123,6 +163,11 @@ class Stage1:
             return
         self._rebalancing = True
         dropped = 0
+        with self._lock:
+            for tp in revoked:
+                self._owned.discard(tp)
+                self._assigned_at.pop(tp, None)
+                self._cuts.pop(tp, None)
         for tp in revoked:
             store = self.stores.pop(tp, None)
             self._catching_up.pop(tp, None)
@@ -174,6 +219,7 @@ class Stage1:
     # -- the loop ---------------------------------------------------------------------
     def step(self, timeout_ms: int) -> None:
         self.send_dead_letters()
+        self.send_markers()
         batch = self.consumer.poll(timeout_ms=timeout_ms)
         if batch:
             self.ingest(batch)
@@ -191,34 +237,158 @@ class Stage1:
         """Send every due window's shard of each caught-up partition; commit. Returns shards sent."""
         if self._rebalancing:
             return 0
-        shipped: list[tuple[WindowStore, float]] = []
+        shipped: list[tuple[Any, WindowStore, float]] = []
         futures = []
         producer = self.service.shard_producer
         topic = self.config.stream.shard_topic
         for tp, store in list(self.stores.items()):
             if not self._caught_up(tp):
                 continue
-            due = store.due(now, limit=_SHIP_BATCH)
+            due = self._read_to_cut(tp, store, store.due(now, limit=_SHIP_BATCH), now)
             for window in due:
                 attempt = uuid.uuid4().hex
                 key = json.dumps(window.start).encode()
                 for chunk in encode_shard(window, tp.partition, self.n_partitions, attempt):
                     futures.append(producer.send(topic, value=dumps(chunk), key=key))
             if due:
-                shipped.append((store, due[-1].start))
+                shipped.append((tp, store, due[-1].start))
         if not futures:
             return 0
         # Durably on the internal topic before the windows are forgotten and committed past.
         producer.flush(timeout=SEND_TIMEOUT_S)
         for f in futures:
             f.get(timeout=SEND_TIMEOUT_S)
-        for store, last in shipped:
+        for tp, store, last in shipped:
             store.discard_through(last)
+            self.forget_cuts(tp, store.index_of(last + self.size / 2))
         self.commit(force=True)
         return len(shipped)
 
+    def _read_to_cut(self, tp, store: WindowStore, due: list, now: float) -> list:
+        """The leading windows of ``due`` whose cut ``tp`` has been read up to.
+
+        A window that closed after the assignment is cut at the log end the watcher saw
+        at its close; one that closed before, at the highwater at assignment (which
+        ``_caught_up`` already waits for).
+        """
+        if not due:
+            return due
+        with self._lock:
+            assigned_at = self._assigned_at.get(tp, 0.0)
+            cuts = dict(self._cuts.get(tp, {}))
+        position = None
+        out = []
+        for window in due:
+            n = store.index_of(window.start + self.size / 2)
+            close = store.close_time(n)
+            if close > assigned_at:
+                cut = cuts.get(n)
+                if cut is None:
+                    if now < close + CUT_TIMEOUT_S:
+                        break  # the watcher records it within milliseconds of the close
+                    cut = self.consumer.highwater(tp)
+                    if cut is None:
+                        break
+                    if (tp, n) not in self._cut_warned:
+                        self._cut_warned.add((tp, n))
+                        log.warning("partition %d: no log end recorded at the close of window [%.0f, %.0f); "
+                                    "cut at the highwater now, %d", tp.partition, window.start, window.end, cut)
+                if position is None:
+                    position = self.consumer.position(tp)
+                if position < cut:
+                    break
+            out.append(window)
+        return out
+
+    def forget_cuts(self, tp, through: int) -> None:
+        with self._lock:
+            cuts = self._cuts.get(tp)
+            if cuts:
+                for n in [n for n in cuts if n <= through]:
+                    del cuts[n]
+
+    def send_markers(self) -> None:
+        """Send the queued ``start`` markers (partitions taken over) to the internal topic."""
+        while self._markers:
+            kind, start, partition = self._markers[0]
+            chunk = encode_marker(kind, start, partition=partition, n_partitions=self.n_partitions, offset=None)
+            self.service.shard_producer.send(self.config.stream.shard_topic, value=dumps(chunk),
+                                             key=json.dumps(start).encode())
+            self._markers.popleft()
+
+    # -- the watcher ------------------------------------------------------------------
+    def _watch_cuts(self) -> None:
+        """At each window's close time, record and announce every owned partition's log end.
+
+        Runs in its own thread with its own consumer, so a stage busy with a big backlog
+        (or one person's flood) reads the same cut as an idle one: the log end at the
+        close, give or take one fetch round trip.
+        """
+        stop = self._watch_stop
+        n = math.floor((time.time() - self.lateness) / self.size)  # the next window to close
+        while not stop.is_set() and not self.service._stop.is_set():
+            close = (n + 1) * self.size + self.lateness
+            wait = close - time.time()
+            if wait > 0:
+                stop.wait(min(wait, 1.0))
+                continue
+            if time.time() > close + self.grace:
+                # Far behind (a frozen process): promise only the latest closed window, which
+                # a new owner of the partition would rebuild too.
+                n = math.floor((time.time() - self.lateness) / self.size) - 1
+                continue
+            try:
+                self._cut(n)
+            except Exception as err:  # noqa: BLE001 - the stage falls back on its own highwater
+                log.warning("stage 1: cannot read the log ends at the close of window %d: %s: %s", n, type(err).__name__, err)
+            n += 1
+
+    def _cut(self, n: int) -> None:
+        with self._lock:
+            owned = list(self._owned)
+            assigned_at = dict(self._assigned_at)
+        positions = dict(self._positions)
+        close = (n + 1) * self.size + self.lateness
+        owned = [tp for tp in owned if assigned_at.get(tp, close) < close]
+        if not owned:
+            return
+        ends = self._log_ends(owned, positions)
+        start = n * self.size
+        producer = self.service.shard_producer
+        for tp, end in ends.items():
+            chunk = encode_marker("cut", start, partition=tp.partition, n_partitions=self.n_partitions, offset=end)
+            # Sent before the cut is recorded: the shard, sent after, follows it on the topic.
+            producer.send(self.config.stream.shard_topic, value=dumps(chunk), key=json.dumps(start).encode())
+            with self._lock:
+                if tp in self._owned:
+                    self._cuts.setdefault(tp, {})[n] = end
+
+    def _log_ends(self, tps: list, positions: dict) -> dict:
+        """Each partition's highwater from a fetch sent now, by a consumer of its own (no group)."""
+        from monitor.stream.clients import make_consumer
+
+        s = self.config.stream
+        consumer = make_consumer(self.service.bootstrap_servers, None, s.kafka, fetch_max_wait_ms=10,
+                                 max_partition_fetch_bytes=1024, max_poll_records=1)
+        try:
+            consumer.assign(tps)
+            for tp in tps:
+                consumer.seek(tp, positions.get(tp, 0))
+            ends: dict = {}
+            deadline = time.monotonic() + _CUT_SAMPLE_TIMEOUT_S
+            while len(ends) < len(tps) and time.monotonic() < deadline:
+                consumer.poll(timeout_ms=20)
+                for tp in tps:
+                    hw = consumer.highwater(tp)
+                    if hw is not None:
+                        ends[tp] = hw
+            return ends
+        finally:
+            consumer.close(autocommit=False)
+
     def finish(self, until: float, service) -> None:
         """On stop: ship what is due at ``until``, flush dead letters, commit."""
+        self._watch_stop.set()
         if self.stores and not self._rebalancing and not service.max_windows_reached:
             while self.ship(until):
                 pass
@@ -229,15 +399,17 @@ class Stage1:
 
     # -- ingestion --------------------------------------------------------------------
     def ingest(self, batch: dict) -> None:
-        """Validate, score and window one poll's records.
+        """Validate, bound, score and window one poll's records.
 
-        The whole poll is parsed and scored at once (numpy calls cost the same for 10
-        events as for 1,000), then windowed partition by partition.
+        The whole poll is parsed at once, then each partition's events are put through
+        ``WindowStore.select`` (late ones and repeated entities dropped), and only the
+        kept events of all partitions are scored, in one call (numpy calls cost the same
+        for 10 events as for 1,000).
         """
         svc = self.service
         counts: Counter[str] = Counter()
         dead: Counter[str] = Counter()
-        horizon = time.time() + self.size + self.lateness
+        now = time.time()
         parts = []
         for tp, records in batch.items():
             if not records:
@@ -251,38 +423,62 @@ class Stage1:
         X, parsed = self._parse(parts, dead)
         rejected: list[tuple[Any, InvalidEvent]] = []
         if len(X):
-            svc.watch.out_of_bounds(X, time.time())
-            scores = svc.model.score_samples(X)
-            flagged = scores > svc.threshold
+            svc.watch.out_of_bounds(X, now)
+        selected = []  # (tp, store, records, selection, rows of X kept, offsets, ids, entities, keep)
         at = 0
         for (tp, store, records), (keep, ts, entities, ids, bad) in zip(parts, parsed):
             rejected += bad  # this partition's rejected messages, then its events beyond the horizon
             n = len(ts)
             if not n:
                 continue
-            rows, flags, part_scores = X[at:at + n], flagged[at:at + n], scores[at:at + n]
+            rows = np.arange(at, at + n)
             at += n
             offsets = np.asarray(_column(records, "offset"), dtype=np.int64)
+            created = self._kafka_times(records, None)
+            if (created < 0).any():  # a record with no timestamp (old message format): read time
+                created = np.where(created < 0, now, created)
             if keep is not None:
-                offsets = offsets[keep]
+                offsets, created = offsets[keep], created[keep]
             if None in ids:
                 ids = [i if i is not None else f"{tp.partition}:{o}" for i, o in zip(ids, offsets.tolist())]
+            # The acceptance horizon from the record's own creation time, so it does not
+            # move with the time the record is read (the clock caps a producer's clock
+            # that runs ahead).
+            horizon = np.minimum(created, now) + self.size + self.lateness
             ok = ts < horizon
             if not ok.all():
                 for i in np.flatnonzero(~ok).tolist():
                     rec = records[i if keep is None else int(keep[i])]
-                    rejected.append((rec, InvalidEvent("bad_timestamp", f"{ts[i]:.3f} is beyond the acceptance horizon {horizon:.3f} (now + window + lateness)")))
+                    rejected.append((rec, InvalidEvent("bad_timestamp", f"{ts[i]:.3f} is beyond the acceptance horizon "
+                                                       f"{horizon[i]:.3f} (record time + window + lateness)")))
                     dead["bad_timestamp"] += 1
                 sel = np.flatnonzero(ok)
                 keep = sel if keep is None else keep[sel]
-                rows, flags, part_scores, offsets, ts = rows[sel], flags[sel], part_scores[sel], offsets[sel], ts[sel]
+                rows, offsets, ts, created = rows[sel], offsets[sel], ts[sel], created[sel]
                 ids = _take(ids, sel)
                 entities = None if entities is None else _take(entities, sel)
-            counts.update(store.add_batch(ts, rows, flags, event_ids=ids, entities=entities,
-                                          partition=tp.partition, offsets=offsets))
-            if self.config.stream.scores_topic:
-                keys = _column(records, "key")
-                self._publish_scores(keys if keep is None else _take(keys, keep), ids, part_scores, flags)
+            selection = store.select(ts, entities=entities, created=created)
+            counts.update(selection.counts)
+            if selection.keep is not None:
+                k = selection.keep
+                rows, offsets, ids = rows[k], offsets[k], _take(ids, k)
+                entities = None if entities is None else _take(entities, k)
+                keep = k if keep is None else keep[k]
+            if selection.n_kept:
+                selected.append((tp, store, records, selection, rows, offsets, ids, entities, keep))
+        if selected:
+            rows = np.concatenate([r for _, _, _, _, r, *_ in selected])
+            scores = svc.model.score_samples(X[rows])
+            flagged = scores > svc.threshold
+            at = 0
+            for tp, store, records, selection, part_rows, offsets, ids, entities, keep in selected:
+                cut = slice(at, at + len(part_rows))
+                at += len(part_rows)
+                store.insert(selection, X[part_rows], flagged[cut], event_ids=ids, entities=entities,
+                             partition=tp.partition, offsets=offsets)
+                if self.config.stream.scores_topic:
+                    keys = _column(records, "key")
+                    self._publish_scores(keys if keep is None else _take(keys, keep), ids, scores[cut], flagged[cut])
         if dead:
             counts["dead_letter"] = sum(dead.values())
             for reason, n in dead.items():
@@ -303,8 +499,10 @@ class Stage1:
         entities, ids, [(record, InvalidEvent)] of the rejected ones).
 
         The whole poll at once when every message is valid (the usual case); else
-        partition by partition, and in a partition with an invalid message message by
-        message, so each rejected one gets its own reason.
+        partition by partition, and in a partition with an invalid message by bisection
+        (``_parse_values``): the valid messages around a bad one stay on the batch path,
+        and only the messages the batch decoder refuses are validated one by one, so
+        each rejected one gets its own reason.
         """
         schema = self.service.schema
         n_features = len(schema.feature_names)
@@ -324,26 +522,70 @@ class Stage1:
             if fast is not None:
                 keep, bad, (X, ts, entities, ids) = None, [], fast
             else:
-                keep, bad, events = [], [], []
-                for i, (rec, value) in enumerate(zip(records, vals)):
-                    try:
-                        events.append(schema.parse(value))
-                    except InvalidEvent as err:
-                        bad.append((rec, err))
-                        dead[err.reason] += 1
-                        continue
-                    keep.append(i)
-                keep = np.asarray(keep, dtype=np.intp)
-                X = np.array([ev.features for ev in events], dtype=float).reshape(len(events), n_features)
-                ts = None if schema.timestamp_field is None else np.array([ev.timestamp for ev in events], dtype=float)
-                entities = None if schema.entity_field is None else [ev.entity for ev in events]
-                ids = [ev.event_id for ev in events]
+                keep, bad, X, ts, entities, ids = self._parse_values(records, vals, dead)
             if ts is None:
                 ts = self._kafka_times(records, keep)
             blocks.append(X)
             out.append((keep, ts, entities, ids, bad))
         X = blocks[0] if len(blocks) == 1 else np.concatenate(blocks) if blocks else np.zeros((0, n_features))
         return X, out
+
+    def _parse_values(self, records, vals: list, dead: Counter) -> tuple:
+        """One partition's messages, some invalid: bisect with the batch decoder down to
+        runs of ``_BISECT_LEAF``, then each message of a refused run on its own (the batch
+        decoder, then ``schema.parse`` for the reason of a rejection). A malformed message
+        costs O(log n) batch decodes of its neighbours, not a per-message pass over them.
+        Returns (keep, rejected, X, timestamps or None, entities or None, ids)."""
+        schema = self.service.schema
+        n_features = len(schema.feature_names)
+        with_ts, with_entity = schema.timestamp_field is not None, schema.entity_field is not None
+        pieces: list[tuple[int, Any]] = []  # (first position, EventBatch) of accepted runs, in order
+        bad: list = []
+
+        def one(i: int) -> None:
+            got = schema.parse_batch([vals[i]])
+            if got is not None:
+                pieces.append((i, got))
+                return
+            try:
+                ev = schema.parse(vals[i])
+            except InvalidEvent as err:
+                bad.append((records[i], err))
+                dead[err.reason] += 1
+                return
+            # Valid, but only for the per-message path (an ISO timestamp, for one).
+            pieces.append((i, (np.asarray([ev.features], dtype=float).reshape(1, n_features),
+                               np.asarray([ev.timestamp], dtype=float) if with_ts else None,
+                               [ev.entity] if with_entity else None, [ev.event_id])))
+
+        def run(lo: int, hi: int, known_bad: bool) -> None:
+            if hi - lo <= _BISECT_LEAF:
+                for i in range(lo, hi):
+                    one(i)
+                return
+            got = None if known_bad else schema.parse_batch(vals[lo:hi])
+            if got is not None:
+                pieces.append((lo, got))
+                return
+            mid = (lo + hi) // 2
+            run(lo, mid, False)
+            run(mid, hi, False)
+
+        run(0, len(vals), True)
+        keep_parts, X_parts, ts_parts, ent_parts, ids = [], [], [], [], []
+        for first, (X, ts, entities, event_ids) in pieces:
+            keep_parts.append(np.arange(first, first + len(event_ids)))
+            X_parts.append(X)
+            ts_parts.append(ts)
+            ent_parts.append(entities)
+            ids.extend(event_ids)
+        if not pieces:
+            return np.zeros(0, dtype=np.intp), bad, np.zeros((0, n_features)), (np.zeros(0) if with_ts else None), \
+                ([] if with_entity else None), []
+        keep = np.concatenate(keep_parts)
+        ts = np.concatenate(ts_parts) if with_ts else None
+        entities = list(chain.from_iterable(ent_parts)) if with_entity else None
+        return keep, bad, np.concatenate(X_parts), ts, entities, ids
 
     @staticmethod
     def _kafka_times(records, keep) -> np.ndarray:

@@ -5,7 +5,10 @@ are released in order from the ledger's last one (on a first start, see
 ``_decide_start``), every scheduled window, empty or not. Window W is
 released as soon as every input partition has reported it (stage 1's shards are also
 "done up to W's end" markers), or once ``end + allowed_lateness + release_grace`` has
-passed and the internal topic is read up to its highwater: both conditions are public.
+passed, the internal topic is read up to its highwater and every partition whose stage 1
+sent a ``cut`` for W (it owned the partition at W's close) has reported it: a slow
+stage 1 delays the release (published late, counted), it never shrinks the window. The
+grace only gives up on partitions that had no owner at the close.
 The internal offsets are committed only past windows that are in the ledger, so after a
 crash the same shards are read again, in the same order, and give the same windows.
 
@@ -29,6 +32,7 @@ __all__ = ["Stage2"]
 CATCH_UP_TIMEOUT_S = 30.0
 # On stop, how long stage 2 waits for the shards its own process's stage 1 ships.
 _FINISH_WAIT_S = 10.0
+_WAIT_LOG_EVERY_S = 10.0
 
 
 class Stage2:
@@ -167,8 +171,10 @@ class Stage2:
             end = (self.next + 1) * self.size
             if self.collector.complete(self.next):
                 pass
-            elif grace and now >= end + self.lateness + self.grace and self._caught_up() and self.service.stage1_ready():
-                log.warning("window [%.0f, %.0f): released after the grace with %d of %d input partitions reported",
+            elif (grace and now >= end + self.lateness + self.grace and self._caught_up()
+                  and self.service.stage1_ready() and not self._still_waiting(self.next, now)):
+                log.warning("window [%.0f, %.0f): released after the grace with %d of %d input partitions reported "
+                            "(the others had no stage-1 owner at its close)",
                             self.next * self.size, end, self.collector.reported(self.next), self.collector.n_partitions)
             else:
                 break
@@ -177,6 +183,18 @@ class Stage2:
             self._release(self._pending)
             n += 1
         return n
+
+    def _still_waiting(self, index: int, now: float) -> bool:
+        """True while a partition that promised window ``index`` (a cut) has not reported it."""
+        waiting = self.collector.waiting(index)
+        if waiting and now >= self._waiting_logged + _WAIT_LOG_EVERY_S:
+            self._waiting_logged = now
+            log.warning("window [%.0f, %.0f): past its grace, still reading input partitions %s up to their log end "
+                        "at the close; it is published late rather than without them",
+                        index * self.size, (index + 1) * self.size, waiting)
+        return bool(waiting)
+
+    _waiting_logged = 0.0
 
     def update_lag(self) -> None:
         """Stage 2's lag is not exported: the input lag (stage 1) is what operators watch."""

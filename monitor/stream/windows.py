@@ -6,8 +6,12 @@ in order from ``first_start`` on, empty or not: whether a window is released mus
 reveal whether anyone was in it.
 
 An event is *late* when its window is before the next window to close (already closed,
-or before the first scheduled one). With an entity field, the first event of each
-entity in a window is kept and later ones are *duplicates* (contribution bounding).
+or before the first scheduled one), or when its record was created (``created``: the
+Kafka record's timestamp) at or after its window's close time: the second rule is a
+property of the broker's log alone, so which events a window holds does not depend on
+how fast they are read (docs/scaling.md, "What a window holds"). With an entity field,
+the first event of each entity in a window is kept and later ones are *duplicates*
+(contribution bounding); ``select`` decides both before the caller scores anything.
 
 >>> store = WindowStore(size=60, allowed_lateness=5, first_start=0)
 >>> store.add_one(10.0, (1.0, 2.0), False, event_id="a", entity="p1")
@@ -32,7 +36,8 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["ACCEPTED", "LATE", "DUPLICATE_ENTITY", "OpenWindow", "ClosedWindow", "WindowStore", "smallest_offsets", "take"]
+__all__ = ["ACCEPTED", "LATE", "DUPLICATE_ENTITY", "OpenWindow", "ClosedWindow", "Selection", "WindowStore",
+           "smallest_offsets", "take"]
 
 ACCEPTED = "accepted"
 LATE = "late"
@@ -97,6 +102,23 @@ class ClosedWindow:
         return int(self.X.shape[0])
 
 
+class Selection(NamedTuple):
+    """The events of a batch a store keeps (``WindowStore.select``), grouped by window.
+
+    ``keep``: positions in the batch, in window order and arrival order within a window
+    (None: every event, in one window); ``windows``: (window index, how many of ``keep``)
+    for consecutive runs of ``keep``; ``counts``: events by status.
+    """
+
+    keep: np.ndarray | None
+    windows: list[tuple[int, int]]
+    counts: dict[str, int]
+
+    @property
+    def n_kept(self) -> int:
+        return sum(n for _, n in self.windows)
+
+
 def smallest_offsets(per_window: Iterable[dict[int, int]]) -> dict[int, int]:
     """Per partition, the smallest of the windows' first offsets: what must not be committed past."""
     held: dict[int, int] = {}
@@ -144,6 +166,10 @@ class WindowStore:
         """Wall-clock time at which the next window closes."""
         return (self._next + 1) * self.size + self.allowed_lateness
 
+    def close_time(self, index: int) -> float:
+        """Close time of window ``index``: its end + allowed lateness."""
+        return (index + 1) * self.size + self.allowed_lateness
+
     def horizon(self, now: float) -> float:
         """Event times at or beyond this are too far in the future to accept."""
         return now + self.size + self.allowed_lateness
@@ -158,10 +184,15 @@ class WindowStore:
         entity: str | None = None,
         partition: int = 0,
         offset: int | None = None,
+        created: float | None = None,
     ) -> str:
-        """Put one event in its window; returns ACCEPTED, LATE or DUPLICATE_ENTITY."""
+        """Put one event in its window; returns ACCEPTED, LATE or DUPLICATE_ENTITY.
+
+        ``created``: when its record was appended (Kafka record timestamp, seconds); an
+        event created at or after its window's close time is LATE whenever it is read.
+        """
         n = self.index_of(ts)
-        if n < self._next:
+        if n < self._next or (created is not None and created >= self.close_time(n)):
             return LATE
         w = self._open.get(n)
         if w is None:
@@ -185,58 +216,116 @@ class WindowStore:
         entities: list[str] | None = None,
         partition: int = 0,
         offsets: np.ndarray | None = None,
+        created: np.ndarray | None = None,
     ) -> dict[str, int]:
         """``add_one`` for every event of a batch, in order; returns counts by status.
+
+        ``select`` then ``insert``; a caller with costly per-event work (scoring) does that
+        work between the two, on the kept events only.
 
         >>> store = WindowStore(size=60, allowed_lateness=5, first_start=60)
         >>> store.add_batch(np.array([10.0, 70.0, 80.0]), np.zeros((3, 1)), np.zeros(3, bool),
         ...                 event_ids=["a", "b", "c"], entities=["p", "q", "q"])
         {'late': 1, 'accepted': 1, 'duplicate_entity': 1}
         """
+        sel = self.select(ts, entities=entities, created=created)
+        if sel.keep is not None:
+            X, flagged, event_ids = X[sel.keep], flagged[sel.keep], take(event_ids, sel.keep)
+            entities = None if entities is None else take(entities, sel.keep)
+            offsets = None if offsets is None else offsets[sel.keep]
+        self.insert(sel, X, flagged, event_ids=event_ids, entities=entities, partition=partition, offsets=offsets)
+        return sel.counts
+
+    def select(self, ts: np.ndarray, *, entities: list | None = None, created: np.ndarray | None = None) -> Selection:
+        """Decide which events of a batch are kept, before anything costly is done with them.
+
+        Late events (window already shipped, or record created at or after the window's
+        close time) and repeated entities (one event per entity per window, the first in
+        arrival order) are dropped here; the kept events' entities are claimed in their
+        windows, so ``insert`` must follow with the kept events. One person's flood of
+        duplicates therefore costs a set lookup per event, never a model score.
+
+        >>> store = WindowStore(size=60, allowed_lateness=5, first_start=0)
+        >>> sel = store.select(np.array([1.0, 2.0, 61.0, 3.0]), entities=["p", "p", "p", "q"],
+        ...                    created=np.array([1.0, 2.0, 61.0, 66.0]))
+        >>> sel.keep.tolist(), sel.windows, sel.counts
+        ([0, 2], [(0, 1), (1, 1)], {'late': 1, 'accepted': 2, 'duplicate_entity': 1})
+        """
         n_events = len(ts)
         counts = {LATE: 0, ACCEPTED: 0, DUPLICATE_ENTITY: 0}
         if n_events == 0:
-            return {}
+            return Selection(np.zeros(0, dtype=np.intp), [], {})
         idx = np.floor(ts / self.size).astype(np.int64)
+        late = idx < self._next
+        if created is not None:
+            # The log decides: a record created after its window's close is late for
+            # every reader, fast or slow (created is per record, not the clock of the read).
+            late |= created >= (idx + 1) * self.size + self.allowed_lateness
         first, last = int(idx.min()), int(idx.max())
         groups: list[tuple[int, np.ndarray | None]]
-        if first == last:  # the usual case: the whole batch in one window, no index arrays
-            groups = [(first, None)] if first >= self._next else []
-            counts[LATE] = 0 if groups else n_events
+        if first == last and not late.any():  # the usual case: one window, no index arrays
+            groups = [(first, None)]
         else:
-            late = idx < self._next
             counts[LATE] = int(late.sum())
             # Each window's events in arrival order: a stable sort by window index.
             order = np.argsort(idx, kind="stable")
             order = order[~late[order]]
             cuts = np.flatnonzero(np.diff(idx[order])) + 1
             groups = [(int(idx[sel[0]]), sel) for sel in np.split(order, cuts) if sel.size]
+        keep_parts: list[np.ndarray] = []
+        windows: list[tuple[int, int]] = []
+        whole = len(groups) == 1 and groups[0][1] is None  # everything kept so far
         for n, sel in groups:
             w = self._open.get(n)
             if w is None:
                 w = self._open[n] = OpenWindow(n * self.size, (n + 1) * self.size)
-            if w.pending:
-                w.flush()
-            ids = event_ids if sel is None else take(event_ids, sel)
-            if entities is None:
-                ents: list = [None] * len(ids)
-            else:
+            if entities is not None:
                 ents = list(entities) if sel is None else take(entities, sel)
                 keep = _first_unseen(ents, w.entities)
                 if keep is not None:
                     counts[DUPLICATE_ENTITY] += len(ents) - len(keep)
-                    if not keep:
-                        continue
                     sel = np.arange(n_events)[keep] if sel is None else sel[keep]
-                    ids, ents = take(ids, keep), take(ents, keep)
-            counts[ACCEPTED] += len(ids)
-            rows, flags = (X, flagged) if sel is None else (X[sel], flagged[sel])
-            w.chunks.append(_Chunk(partition, rows, flags, list(ids), ents))
-            if offsets is not None:
-                low = int(offsets.min() if sel is None else offsets[sel].min())
+            if sel is not None:
+                whole = False
+                if not sel.size:
+                    continue
+            k = n_events if sel is None else int(sel.size)
+            counts[ACCEPTED] += k
+            keep_parts.append(np.arange(n_events) if sel is None else sel)
+            windows.append((n, k))
+        keep = None if whole else (np.concatenate(keep_parts) if keep_parts else np.zeros(0, dtype=np.intp))
+        return Selection(keep, windows, {k: v for k, v in counts.items() if v})
+
+    def insert(
+        self,
+        selection: Selection,
+        X: np.ndarray,
+        flagged: np.ndarray,
+        *,
+        event_ids: list[str],
+        entities: list | None = None,
+        partition: int = 0,
+        offsets: np.ndarray | None = None,
+    ) -> None:
+        """Store the events ``select`` kept: the arrays hold the kept events only, in
+        ``selection.keep``'s order."""
+        at = 0
+        for n, k in selection.windows:
+            w = self._open.get(n)
+            if w is None:  # its entities were claimed by select; only a discard can remove it
+                w = self._open[n] = OpenWindow(n * self.size, (n + 1) * self.size)
+            if w.pending:
+                w.flush()
+            cut = slice(at, at + k)
+            whole = at == 0 and k == len(event_ids)
+            at += k
+            ids = list(event_ids) if whole else event_ids[cut]
+            ents = [None] * k if entities is None else (list(entities) if whole else list(entities[cut]))
+            w.chunks.append(_Chunk(partition, X if whole else X[cut], flagged if whole else flagged[cut], ids, ents))
+            if offsets is not None and k:
+                low = int(offsets[cut].min())
                 if low < w.first_offsets.get(partition, low + 1):
                     w.first_offsets[partition] = low
-        return {k: v for k, v in counts.items() if v}
 
     def close_due(self, now: float) -> Iterator[ClosedWindow]:
         """Close, in order, every scheduled window whose close time is at or before ``now``.
