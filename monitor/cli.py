@@ -25,7 +25,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 COMMANDS: list[tuple[str, str, str]] = [
     ("demo", "run the whole job on embedded defaults: broker, model, simulated events, live releases", "monitor.stream.demo"),
     ("run", "run the monitor on a Kafka topic", "monitor.stream.cli"),
-    ("replay", "run the monitor's pipeline over a file of events between two times (backtests; charges the ledger)", "monitor.stream.replay"),
+    ("alerts", "print the alerts topic as a table (window, alarm, epsilon, report headline); --follow, --json", "monitor.stream.alerts"),
+    ("replay", "run the monitor's pipeline over a file of events between two times (backtests, in a ledger of their own)", "monitor.stream.replay"),
     ("simulate", "produce simulated sensor events with an injected anomaly burst", "monitor.stream.simulate"),
     ("fit", "fit the private grid-kNN model on reference data and write the model file", "monitor.model.cli"),
     ("score", "score events from a file with a model file", "monitor.model.cli"),

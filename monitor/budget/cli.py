@@ -55,7 +55,9 @@ def _plan_report(config: Any, now: float) -> dict[str, Any]:
         "page_epsilon": plan.page_epsilon,
         "one_page_period_epsilon": plan.one_page_epsilon,
         "pages_per_period": plan.pages_per_period,
+        "restart_epsilon": plan.restart_epsilon,
         "summary": plan.summary(),
+        "restart_note": plan.restart_note(),
         "advice": plan.advice(),
     }
     if plan.accountant == "pld":
@@ -110,20 +112,27 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
                 {"kind": kind, "span_start": s0, "span_end": s1, "epsilon": e, "delta": d}
                 for _, kind, s0, s1, e, d in led.span_charges(after=at - b.period_seconds) if s0 < at
             ],
-            recent=[
-                {
-                    "window_start": e.window_start,
-                    "window_end": e.window_end,
-                    "status": e.status,
-                    "epsilon": e.epsilon,
-                    "delta": e.delta,
-                    "published": e.published,
-                    "reason": e.reason,
-                }
-                for e in entries[-RECENT_WINDOWS:]
-            ],
+            recent=[_recent(e) for e in entries[-RECENT_WINDOWS:]],
         )
     return report
+
+
+def _recent(e: Any) -> dict[str, Any]:
+    """One ledger window for "Latest windows": its whole charge (every charge it made, an
+    alarm run opened, a page, a baseline, a report: the record's ``epsilon``, as published),
+    not the row's own share, and the alarm's state."""
+    record = json.loads(e.payload) if e.payload else {}
+    detail = record.get("alarm_detail") or {}
+    return {
+        "window_start": e.window_start,
+        "window_end": e.window_end,
+        "status": e.status,
+        "alarm": detail.get("state"),
+        "epsilon": record.get("epsilon", e.epsilon),
+        "delta": record.get("delta", e.delta),
+        "published": e.published,
+        "reason": e.reason,
+    }
 
 
 def _reference_report(config: Any) -> dict[str, Any]:
@@ -170,6 +179,8 @@ def _time(t: float) -> str:
 
 def _render_plan(console, plan: dict[str, Any]) -> None:
     console.print(f"[bold]Plan[/] (as of {plan['now']}): {plan['summary']}.")
+    if plan.get("restart_note"):
+        console.print(f"  Restarts: {plan['restart_note']}.")
     if plan["advice"]:
         console.print(f"  {plan['advice']}.")
     if "delta_note" in plan:
@@ -181,6 +192,9 @@ def _render(report: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:
+        # Piped or redirected: rich would assume 80 columns and cut the timestamps.
+        console = Console(width=200)
     s = report["stream"]
     if not s["exists"] or s.get("at") is None:
         console.print(f"Stream ledger [bold]{s['ledger']}[/]: no window recorded yet, nothing has been spent.")
@@ -205,12 +219,13 @@ def _render(report: dict[str, Any]) -> None:
         summary.add_row("awaiting republish", str(s["unpublished"]))
         summary.add_row("ledger", s["ledger"])
         console.print(summary)
-        recent = Table(title="Latest windows")
-        for col in ("start", "end", "status", "epsilon", "delta", "published"):
-            recent.add_column(col)
+        recent = Table(title="Latest windows (epsilon: all the window charged, as its record says)")
+        for col in ("start", "end", "status", "alarm", "epsilon", "delta", "published"):
+            recent.add_column(col, no_wrap=True)
         for w in s["recent"]:
             status = w["status"] if w["reason"] is None else f"{w['status']} ({w['reason']})"
-            recent.add_row(_time(w["window_start"]), _time(w["window_end"]), status, f"{w['epsilon']:g}", f"{w['delta']:.3g}",
+            recent.add_row(_time(w["window_start"]), _time(w["window_end"]), status, w.get("alarm") or "-",
+                           f"{w['epsilon']:.4g}", f"{w['delta']:.3g}",
                            "-" if w["status"] != "released" else "yes" if w["published"] else "no")
         console.print(recent)
     _render_plan(console, report["plan"])

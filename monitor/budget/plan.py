@@ -148,6 +148,19 @@ class BudgetPlan:
         return head + (f"{self.pages_per_period} page(s) per period; after that the alarm says 'suppressed' until the "
                        "oldest charge leaves the rolling period")
 
+    @property
+    def restart_epsilon(self) -> float:
+        """What stopping and starting the monitor costs: the open alarm run's noisy threshold
+        dies with the process, so the next start opens (and pays for) a new run."""
+        return self.threshold_cost[0] if self.alarm_enabled else 0.0
+
+    def restart_note(self) -> str:
+        """One sentence on the cost of a restart (empty without the alarm)."""
+        if not self.restart_epsilon:
+            return ""
+        return (f"each restart (Ctrl-C and start again, a crash, a deploy) opens a new alarm run: "
+                f"epsilon {self.restart_epsilon:g} (alarm.epsilon_threshold) more in the periods it touches")
+
     def advice(self) -> str:
         """How to afford at least one page per period (empty when the budget already does)."""
         if self.pages_per_period >= 1:

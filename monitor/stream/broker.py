@@ -20,7 +20,12 @@ from pathlib import Path
 
 from monitor.errors import MonitorError
 
-__all__ = ["EmbeddedBroker", "free_port", "broker_binary", "EMBEDDED_GROUP_SETTINGS"]
+__all__ = ["EmbeddedBroker", "free_port", "port_is_free", "embedded_port", "broker_binary", "EMBEDDED_GROUP_SETTINGS",
+           "DEFAULT_EMBEDDED_PORT", "start_embedded"]
+
+# Kafka's own port: what the README's producer snippet and every Kafka example use, so
+# the embedded broker is reachable as written while nothing else listens there.
+DEFAULT_EMBEDDED_PORT = 9092
 
 # Consumer-group timing for this broker: Tansu completes a join in about
 # session_timeout_ms / 2 (23 s with kafka-python's default), and accepts timeouts below
@@ -33,6 +38,53 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``host:port`` can be bound now (as the broker binds: TIME_WAIT is free)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def embedded_port(configured: int) -> tuple[int, str | None]:
+    """The port for the embedded broker of ``monitor run`` and a note when it is not the default.
+
+    ``stream.embedded_broker_port`` when set (checked before, a taken one is refused);
+    with 0, Kafka's port 9092 when it is free, else a free one and a note saying so (the
+    start-up line then gives the bootstrap string to paste).
+    """
+    if configured:
+        return configured, None
+    if port_is_free(DEFAULT_EMBEDDED_PORT):
+        return DEFAULT_EMBEDDED_PORT, None
+    port = free_port()
+    return port, _moved(port)
+
+
+def _moved(port: int) -> str:
+    return (f"port {DEFAULT_EMBEDDED_PORT} is taken (another Kafka or monitor?), so the embedded broker listens on {port}, "
+            "which changes on every start: set stream.embedded_broker_port to pin one")
+
+
+def start_embedded(configured: int) -> tuple["EmbeddedBroker", str | None]:
+    """Start the embedded broker of ``monitor run`` on ``embedded_port(configured)``.
+
+    A default port taken between the check and the broker's bind (another monitor
+    starting at the same moment) falls back to a free port, with the note saying so.
+    """
+    port, note = embedded_port(configured)
+    try:
+        return EmbeddedBroker(port=port).start(), note
+    except MonitorError:
+        if configured or note is not None or port_is_free(DEFAULT_EMBEDDED_PORT):
+            raise  # not a lost race for the default port
+        port = free_port()
+        return EmbeddedBroker(port=port).start(), _moved(port)
 
 
 def broker_binary() -> str:

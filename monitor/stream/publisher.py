@@ -26,9 +26,29 @@ from monitor.budget.plan import iso
 
 log = logging.getLogger("monitor.stream")
 
-__all__ = ["WindowPublisher", "SEND_TIMEOUT_S"]
+__all__ = ["WindowPublisher", "SEND_TIMEOUT_S", "release_summary"]
 
 SEND_TIMEOUT_S = 30.0
+
+
+def release_summary(record: dict) -> str:
+    """The per-window log line's content: alarm state, what the window charged and, with a
+    detailed report, its headline (all from the published record).
+
+    >>> release_summary({"alarm_detail": {"state": "fired"}, "epsilon": 0.95,
+    ...                  "report": {"reason": "alarm", "headline": "surge in hr: +41 flagged (+-12)"}})
+    'alarm fired, epsilon 0.95; report (alarm): surge in hr: +41 flagged (+-12)'
+    >>> release_summary({"alarm_detail": {"state": "quiet"}, "epsilon": 0.0, "report": None})
+    'alarm quiet, epsilon 0'
+    """
+    from monitor.stream.alerts import headline
+
+    detail = record.get("alarm_detail") or {}
+    line = f"alarm {detail.get('state', '?')}, epsilon {record.get('epsilon') or 0.0:.3g}"
+    report = record.get("report")
+    if report:
+        line += f"; report ({report.get('reason', '?')}): " + headline(report).removeprefix(f"{report.get('reason')}: ")
+    return line
 
 
 class WindowPublisher:
@@ -121,10 +141,8 @@ class WindowPublisher:
         except (KeyError, TypeError) as err:  # a record from an older version: publish it anyway
             log.warning("window [%s, %s): record lacks %s; metrics not updated", iso(entry.window_start), iso(entry.window_end), err)
         self.metrics.windows_released.inc()
-        detail = record.get("alarm_detail") or {}
-        log.info("window [%s, %s) released%s: alarm %s%s", iso(entry.window_start), iso(entry.window_end),
-                 " (republished)" if republished else "", detail.get("state", "?"),
-                 " with a detailed report" if record.get("report") and "suppressed" not in record["report"] else "")
+        log.info("window [%s, %s) released%s: %s", iso(entry.window_start), iso(entry.window_end),
+                 " (republished)" if republished else "", release_summary(record))
         if self.on_release is not None:
             try:
                 self.on_release(record)

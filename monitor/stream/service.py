@@ -247,11 +247,11 @@ class MonitorService:
     def _start_broker(self) -> None:
         if self._bootstrap:
             return
-        from monitor.stream.broker import EmbeddedBroker
+        from monitor.stream.broker import start_embedded
 
-        self.broker = EmbeddedBroker(port=self.config.stream.embedded_broker_port).start()
+        self.broker, moved = start_embedded(self.config.stream.embedded_broker_port)
         self._bootstrap = self.broker.bootstrap_servers
-        startup.announce_embedded_broker(self._bootstrap)
+        startup.announce_embedded_broker(self._bootstrap, moved)
 
     def _start_metrics(self) -> None:
         cfg, m = self.config, self.metrics

@@ -174,10 +174,14 @@ def serve_metrics(metrics, host: str, port: int, operational_port: int | None) -
         raise MonitorError(_port_message(host, taken, key, err)) from None
 
 
-def announce_embedded_broker(bootstrap: str) -> None:
-    log.warning("no bootstrap_servers configured: started the embedded broker on %s. It keeps events IN MEMORY ONLY: "
-                "events not yet released when the monitor stops are lost, and nothing survives a restart. "
-                "For real data set stream.bootstrap_servers to your Kafka", bootstrap)
+def announce_embedded_broker(bootstrap: str, moved: str | None = None) -> None:
+    """Say where producers connect (the exact string to paste) and that nothing survives a stop."""
+    if moved:
+        log.warning("%s", moved)
+    log.warning("no bootstrap_servers configured: started the embedded broker. Producers (and `monitor alerts`) connect "
+                "with bootstrap_servers=%s. It keeps events IN MEMORY ONLY: events not yet released when the monitor "
+                "stops are lost, and nothing survives a restart. For real data set stream.bootstrap_servers to your Kafka",
+                bootstrap)
 
 
 def revoke_note(embedded: bool) -> str:
@@ -226,10 +230,11 @@ def announce_schedule(config, ledger, first_start: float | None, now: float) -> 
     """Log the budget plan and, when it is known, when the first window will be released
     (on an empty ledger stage 2 learns it from the internal topic)."""
     plan = plan_from_config(config)
+    restart = f"; {plan.restart_note()}" if plan.restart_note() else ""
     if plan.advice():
-        log.warning("budget plan: %s. %s", plan.summary(), plan.advice())
+        log.warning("budget plan: %s%s. %s", plan.summary(), restart, plan.advice())
     else:
-        log.info("budget plan: %s", plan.summary())
+        log.info("budget plan: %s%s", plan.summary(), restart)
     if first_start is None:
         log.info("first window: decided once the input is read (the ledger is empty)")
         return

@@ -1,0 +1,102 @@
+"""A user's first hour, second pass (issue 29): what they type after `monitor run` starts.
+
+Real processes on the embedded broker: the start-up line gives the bootstrap string to
+paste (Kafka's 9092 when free), `monitor run` logs each window's alarm state and epsilon,
+and `monitor alerts` reads the alerts topic as a table, as JSON lines and with --follow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.streamkit import wait_for
+from tests.test_first_hour import ENV, monitor, start_monitor, stop, workdir  # noqa: F401 - fixture
+
+PASTE = re.compile(r"connect with bootstrap_servers=(\S+?)\. ")
+RELEASED = re.compile(r"window \[(\S+), (\S+)\) released: alarm (\S+), epsilon ([0-9.e+-]+)")
+
+
+def test_run_says_where_to_connect_logs_each_window_and_alerts_prints_them(workdir):  # noqa: F811
+    log = workdir / "run.log"
+    proc = start_monitor("run", cwd=workdir, log=log)
+    try:
+        wait_for(lambda: PASTE.search(log.read_text()) or proc.poll() is not None, 60, "the start-up line")
+        bootstrap = PASTE.search(log.read_text()).group(1)
+        host, port = bootstrap.rsplit(":", 1)
+        assert host == "127.0.0.1"
+        if port != "9092":  # 9092 was taken on this machine: the log says so and names the port used
+            assert "port 9092 is taken" in log.read_text() and f"listens on {port}" in log.read_text()
+        wait_for(lambda: len(RELEASED.findall(log.read_text())) >= 2, 60, "two windows released")
+        lines = RELEASED.findall(log.read_text())
+        # each window's line: the alarm's state and what the window charged (a report every window here)
+        assert all(float(eps) > 0 for *_, eps in lines), lines
+        assert "; report (schedule): " in log.read_text()
+
+        table = monitor("alerts", "--bootstrap-servers", bootstrap, cwd=workdir)
+        assert table.returncode == 0, table.stderr
+        head, *rows = table.stdout.splitlines()
+        assert head.split()[:4] == ["window", "(UTC)", "alarm", "epsilon"] and "report" in head
+        assert len(rows) >= 2 and "window(s) on fh.alerts" in table.stderr
+        first_start = lines[0][0]
+        row = next(r for r in rows if r.startswith(first_start))
+        assert f"{float(lines[0][3]):.3g}" in row.split() and "schedule" in row, row
+        if port == "9092":  # no flag needed: the embedded broker's default port
+            plain = monitor("alerts", cwd=workdir)
+            assert plain.returncode == 0 and len(plain.stdout.splitlines()) >= len(rows) + 1, plain.stderr
+
+        as_json = monitor("alerts", "--json", "--bootstrap-servers", bootstrap, cwd=workdir)
+        records = [json.loads(x) for x in as_json.stdout.splitlines()]
+        assert len(records) >= len(rows) and len({r["window_start"] for r in records}) == len(records)
+        assert all({"window_start", "alarm", "epsilon", "report"} <= set(r) for r in records)
+
+        with open(workdir / "follow.out", "wb") as out:
+            follow = subprocess.Popen([sys.executable, "-m", "monitor", "alerts", "--follow", "--bootstrap-servers", bootstrap],
+                                      cwd=workdir, env=ENV, stdout=out, stderr=subprocess.PIPE)
+        try:
+            newest = records[-1]["window_start"]
+            wait_for(lambda: len((workdir / "follow.out").read_text().splitlines()) > len(records) + 1, 30,
+                     "--follow to print a window published after it started")
+        finally:
+            follow.send_signal(signal.SIGINT)
+            assert follow.wait(10) in (0, 130)
+        assert b"Traceback" not in follow.stderr.read()
+        assert newest is not None
+    finally:
+        stop(proc)
+
+
+def test_alerts_without_a_topic_yet_is_one_line(workdir):  # noqa: F811
+    from tests.test_first_hour import one_line_error
+
+    res = monitor("alerts", "--bootstrap-servers", _closed(), cwd=workdir)
+    one_line_error(res, "cannot reach Kafka")
+
+
+def _closed() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_budget_plan_says_what_a_restart_costs(workdir):  # noqa: F811
+    import yaml
+
+    config = workdir / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["alarm"] = {"enabled": True}
+    config.write_text(yaml.safe_dump(data))
+    res = monitor("budget", cwd=workdir)
+    out = " ".join(res.stdout.split())
+    threshold = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["stream"]["costs"]["alarm_run"]["epsilon"]
+    assert f"each restart (Ctrl-C and start again, a crash, a deploy) opens a new alarm run: epsilon {threshold:g}" in out, out
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert "stops it cleanly; each restart opens a new alarm run: `alarm.epsilon_threshold`" in readme
