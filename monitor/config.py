@@ -210,7 +210,14 @@ class AlarmSettings(_Strict):
 
 
 class ReportSettings(_Strict):
-    """A window's detailed report (DESIGN 3 and 7): on a page, and on a public schedule."""
+    """A window's detailed report (DESIGN 3 and 7, docs/report.md): on a page, and on a public schedule.
+
+    The shipped report says where: the event count, the alarm's flagged count, and which
+    feature (the model's one-feature grids) carries the most flagged events beyond normal
+    traffic, with that part's count. The seed's distance-based outlier count and top-h
+    subspaces are off by default: at a share of a 0.3 report their 95 % intervals are far
+    wider than anything a window holds (``noise_problems`` refuses such a setting).
+    """
 
     on_alarm: bool = Field(True, description="Release a detailed report of every window that pages.")
     every_seconds: float | None = Field(
@@ -221,18 +228,32 @@ class ReportSettings(_Strict):
         "run and this many pages after it (on a day of many pages the alarm keeps answering; some pages come without "
         "a report)."
     )
+    max_events: int = Field(
+        10000, ge=1, description="Public upper bound on the events one window holds (with stream.entity_field: the number "
+        "of entities). A count's plausible range is [0, max_events]: a count whose 95 % interval is wider than that "
+        "range is noise, and the config check refuses to spend on it."
+    )
     epsilon_events: float = Field(0.03, gt=0, description="Epsilon of the report's event count (sensitivity 1).")
-    epsilon_grids: float = Field(0.2, gt=0, description="Epsilon of picking the model grid with the most flagged events (report-noisy-max).")
-    epsilon_grid_count: float = Field(0.05, gt=0, description="Epsilon of that grid's flagged count (sensitivity 1).")
+    epsilon_flagged: float = Field(0.05, gt=0, description="Epsilon of the count of flagged events, at the alarm's threshold (sensitivity 1).")
+    top_grids: int = Field(
+        1, ge=1, description="How many parts (features, from the model's one-feature grids; or grids) the report's 'where' "
+        "picks: those whose share of the flagged events rises most above normal traffic."
+    )
+    epsilon_grids: float = Field(
+        0.1, gt=0, description="Epsilon of picking the 'where' parts (report-noisy-max on monotone counts; shared by the top_grids picks)."
+    )
+    epsilon_grid_count: float = Field(0.1, gt=0, description="Epsilon of each picked part's flagged count (sensitivity 1).")
     k: int = Field(5, ge=1, description="An event is an outlier when fewer than k other events lie within radius.")
     radius: float = Field(0.1, gt=0, description="Neighbourhood radius in the scaled [0,1] space (normalised distance).")
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
         "auto", description="Noise mechanism for outlier counts; auto picks from public parameters."
     )
-    epsilon_count: float = Field(0.05, gt=0, description="Epsilon of the full-space outlier count (coarse at small shares: a clustered surge does not move it anyway).")
+    epsilon_count: float | None = Field(
+        None, gt=0, description="Epsilon of the seed's full-space outlier count; null (default) releases none: in 5-D its "
+        "95 % interval at a report's share (about +-13,000 at 0.05) is far wider than a window."
+    )
     delta_count: float = Field(1e-9, ge=0, lt=1, description="Delta of the full-space outlier count.")
-    epsilon_flagged: float = Field(0.05, gt=0, description="Epsilon of the count of flagged events, at the alarm's threshold (sensitivity 1).")
-    top_h: int = Field(1, ge=0, description="How many subspaces to report; 0 turns the top-h query off.")
+    top_h: int = Field(0, ge=0, description="How many of the seed's top subspaces to report; 0 (default) turns the top-h query off.")
     subspace_dims: int = Field(1, ge=1, description="Dimension of the candidate subspaces.")
     epsilon_top: float = Field(0.05, gt=0, description="Epsilon of choosing the top-h subspaces (exponential mechanism).")
     epsilon_top_count: float = Field(0.02, gt=0, description="Epsilon of each chosen subspace's count.")
@@ -248,22 +269,68 @@ class ReportSettings(_Strict):
         """(epsilon, delta) one detailed report costs, by basic composition of its parts.
 
         Uses ``top_h_for(n_features)``, so the ledger, the alert record, the config check and
-        ``monitor budget`` all state what is really spent. The grid part is paid only
+        ``monitor budget`` all state what is really spent. The 'where' part is paid only
         when the model has more than one grid (``n_grids``).
 
         >>> ReportSettings(epsilon_count=0.4, epsilon_flagged=0.2, epsilon_top=0.2, epsilon_top_count=0.1, epsilon_events=0.1,
         ...                delta_count=1e-6, delta_top_count=1e-7, top_h=5).cost(n_features=2)
         (1.1, 1.2e-06)
+        >>> ReportSettings().cost(n_features=5, n_grids=9)  # the shipped report
+        (0.28, 0.0)
         """
         h = self.top_h_for(n_features)
-        parts = [self.epsilon_count, self.epsilon_flagged, self.epsilon_events]
+        parts = [self.epsilon_flagged, self.epsilon_events]
+        delta = 0.0
+        if self.epsilon_count is not None:
+            parts.append(self.epsilon_count)
+            delta += self.delta_count
         if n_grids > 1:
-            parts += [self.epsilon_grids, self.epsilon_grid_count]
-        delta = self.delta_count
+            parts += [self.epsilon_grids] + [self.epsilon_grid_count] * min(self.top_grids, n_grids)
         if h:
             parts += [self.epsilon_top] + [self.epsilon_top_count] * h
             delta += h * self.delta_top_count
         return math.fsum(parts), delta
+
+    def count_accuracies(self, n_features: int, n_grids: int = 0) -> dict[str, float]:
+        """Each count the report would publish, by its config key, with the half-width of its
+        95 % interval from public parameters only (epsilon, the public sensitivity bound; for
+        the smooth mechanisms the typical smooth bound "auto" uses, their scale following the
+        data). Public arithmetic, free.
+
+        >>> acc = ReportSettings().count_accuracies(n_features=5, n_grids=9)
+        >>> sorted(acc), round(acc["epsilon_flagged"], 1)
+        (['epsilon_events', 'epsilon_flagged', 'epsilon_grid_count'], 59.9)
+        """
+        from monitor.outliers.mechanisms import choose_mechanism, noise_std
+
+        ln20 = math.log(20.0)  # a Laplace variable exceeds ln(20) scales with probability 5 %
+        out = {"epsilon_events": ln20 / self.epsilon_events, "epsilon_flagged": ln20 / self.epsilon_flagged}
+        if n_grids > 1:
+            out["epsilon_grid_count"] = ln20 / self.epsilon_grid_count
+
+        def seed_count(eps: float, delta: float, dim: int) -> float:
+            mech = choose_mechanism(eps, delta, self.k, dim) if self.mechanism == "auto" else self.mechanism
+            # std / sqrt(2) is the Laplace-equivalent scale, so ln(20) of it is a 95 % half-width
+            return ln20 * noise_std(mech, eps, delta, self.k, dim) / math.sqrt(2.0)
+
+        if self.epsilon_count is not None:
+            out["epsilon_count"] = seed_count(self.epsilon_count, self.delta_count, n_features)
+        if self.top_h_for(n_features):
+            out["epsilon_top_count"] = seed_count(self.epsilon_top_count, self.delta_top_count, self.subspace_dims)
+        return out
+
+    def noise_problems(self, n_features: int, n_grids: int = 0) -> list[str]:
+        """One message per count whose 95 % interval is wider than its plausible range
+        [0, max_events]: such a count is noise, and spending on it buys nothing."""
+        problems = []
+        for key, half in self.count_accuracies(n_features, n_grids).items():
+            if 2.0 * half > self.max_events:
+                problems.append(
+                    f"report.{key}: its count's 95 % interval (+-{half:,.0f}) is wider than anything a window holds "
+                    f"(report.max_events = {self.max_events:,}); raise report.{key} (or report.max_events if windows "
+                    f"are larger) or turn that part off"
+                )
+        return problems
 
 
 class BudgetSettings(_Strict):
@@ -323,10 +390,16 @@ class MonitorConfig(_Strict):
         r = self.report
         if r.mechanism in ("laplace", "gaussian"):
             # These smooth mechanisms are (epsilon, delta)-DP only for delta > 0.
-            if r.delta_count == 0:
+            if r.epsilon_count is not None and r.delta_count == 0:
                 raise ValueError(f"report.delta_count must be positive with report.mechanism {r.mechanism!r}")
             if r.top_h and r.delta_top_count == 0:
                 raise ValueError(f"report.delta_top_count must be positive with report.mechanism {r.mechanism!r}")
+        # A count whose interval is wider than anything a window holds is refused, not paid for.
+        from monitor.model._defaults import min_grids
+
+        problems = r.noise_problems(len(self.features), min_grids(len(self.features)))
+        if problems:
+            raise ValueError("; ".join(problems))
         b = self.budget
         for what, (eps, delta) in (("one detailed report", self.report_cost()),
                                    ("an alarm run that pages once", (self.alarm.run_epsilon, 0.0)),

@@ -20,6 +20,7 @@ and on the alarm's published answer, never on the data directly.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass
@@ -29,113 +30,12 @@ import numpy as np
 
 from monitor.alarm import AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeAlarm
 from monitor.config import MonitorConfig, ReportSettings
-from monitor.dp import Release, laplace_count, noise_source
+from monitor.dp import noise_source
 from monitor.features import scale_to_unit
-from monitor.outliers import private_count, private_top_subspace_counts
+from monitor.report import release_report
 from monitor.stream.windows import ClosedWindow
 
 __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
-
-
-def _public(release: Release) -> dict:
-    # Release's own public fields only, whatever a mechanism's release type carries besides
-    # (a subclass's as_dict may add some), as plain JSON types.
-    return {key: value if value is None or isinstance(value, str) else float(value)
-            for key, value in Release.as_dict(release).items()}
-
-
-def release_report(
-    X_scaled: "np.ndarray | Sequence[Sequence[float]]",
-    flagged: "np.ndarray | Sequence[bool]",
-    settings: ReportSettings,
-    feature_names: Sequence[str],
-    rng: "None | int | np.random.Generator" = None,
-    grid_flagged: "np.ndarray | None" = None,
-    grid_names: Sequence[str] = (),
-) -> dict:
-    """Release one window's detailed report; returns its JSON-ready dict.
-
-    Parameters
-    ----------
-    X_scaled:
-        The window's events, shape (n, d), scaled to [0, 1] with the public bounds. n
-        may be 0: an empty window releases noise around 0, like any other.
-    flagged:
-        Shape (n,): which events the model flags.
-    settings:
-        The ``report`` block of the config: k, radius, mechanism, epsilon shares.
-    feature_names:
-        The d feature names, for the ``features`` field of each top subspace.
-    rng:
-        None in production (OpenDP); a seed or Generator for tests.
-    grid_flagged, grid_names:
-        Shape (n, G): which events each of the model's G grids flags, and the grids'
-        names. With G > 1 the report names the grid with the most flagged events
-        (report-noisy-max) and releases its count.
-
-    Guarantee: (epsilon, delta)-DP for add/remove neighbouring windows, with (epsilon,
-    delta) = ``settings.cost(d, G)`` (basic composition of the parts), provided each
-    privacy unit contributes at most one event to the window. Counts of events and of
-    flags have sensitivity 1; adding (removing) one event raises (lowers) each grid's
-    count by 0 or 1, all in the same direction, so the grid pick (permute-and-flip on
-    monotone counts, scale 1 / epsilon_grids) is epsilon_grids-DP.
-
-    >>> rec = release_report(np.zeros((0, 2)), np.zeros(0, bool), ReportSettings(top_h=1), ["hr", "spo2"], rng=1)
-    >>> sorted(rec)
-    ['delta', 'epsilon', 'event_count', 'flagged_count', 'outlier_count', 'top_grid', 'top_subspaces', 'top_subspaces_epsilon']
-    """
-    d = len(feature_names)
-    X = np.asarray(X_scaled, dtype=float).reshape(-1, d)
-    flagged = np.asarray(flagged, dtype=bool).reshape(-1)
-    if flagged.shape[0] != X.shape[0]:
-        raise ValueError(f"flagged has {flagged.shape[0]} entries but the window has {X.shape[0]} events")
-    # One noise source for the whole window: its draws are independent, and a seeded
-    # test gets one reproducible sequence.
-    src = noise_source(rng)
-    k, r, mechanism = settings.k, settings.radius, settings.mechanism
-
-    outliers = private_count(X, k, r, settings.epsilon_count, settings.delta_count, mechanism=mechanism, rng=src)
-    flagged_release = laplace_count(int(flagged.sum()), settings.epsilon_flagged, sensitivity=1.0, rng=src)
-    events_release = laplace_count(X.shape[0], settings.epsilon_events, sensitivity=1.0, rng=src)
-
-    top: list[dict] = []
-    h = settings.top_h_for(d)
-    if h:
-        chosen = private_top_subspace_counts(
-            X, k, r, h, settings.epsilon_top, settings.epsilon_top_count, settings.delta_top_count,
-            settings.subspace_dims, mechanism=mechanism, rng=src,
-        )
-        for rank, (subspace, count) in enumerate(chosen, start=1):
-            top.append({
-                "subspace": [int(i) for i in subspace],
-                "features": [feature_names[i] for i in subspace],
-                "rank": rank,
-                "count": _public(count),
-            })
-
-    n_grids = len(grid_names)
-    top_grid = None
-    if n_grids > 1:
-        G = np.asarray(grid_flagged, dtype=bool).reshape(X.shape[0], n_grids)
-        counts = G.sum(axis=0).astype(float)
-        pick = src.top_k(counts, 1, scale=1.0 / settings.epsilon_grids, monotonic=True)[0]
-        top_grid = {
-            "grid": grid_names[pick],
-            "selection": {"epsilon": settings.epsilon_grids, "delta": 0.0, "mechanism": "exponential"},
-            "flagged_count": _public(laplace_count(int(counts[pick]), settings.epsilon_grid_count, sensitivity=1.0, rng=src)),
-        }
-
-    epsilon, delta = settings.cost(d, n_grids)
-    return {
-        "event_count": _public(events_release),
-        "outlier_count": _public(outliers),
-        "flagged_count": _public(flagged_release),
-        "top_subspaces": top,
-        "top_subspaces_epsilon": settings.epsilon_top if h else 0.0,
-        "top_grid": top_grid,
-        "epsilon": epsilon,
-        "delta": delta,
-    }
 
 
 @dataclass(frozen=True)
@@ -189,6 +89,7 @@ class WindowReleaser:
         self.n_grids = len(getattr(model, "grids_", ()))
         self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
         self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
+        self.grid_features = [tuple(int(f) for f in g.features) for g in model.grids_] if self.n_grids > 1 else None
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
         self._run_span = (-math.inf, -math.inf)
         self._resume()
@@ -217,13 +118,36 @@ class WindowReleaser:
         the alert record commit together, or not at all (a crash before the commit leaves
         nothing, and the window is released afresh after the restart).
         """
-        with self.ledger.transaction():
-            existing = self.ledger.get(window.start)
-            if existing is not None:
-                return ReleasedWindow(existing, replayed=True)
-            record, cost = self._record(window, released_at)
-            entry = self.ledger.record_release(window.start, window.end, *cost, json.dumps(record))
+        # The alarm's and the baseline's state change while the record is drawn; if the
+        # transaction fails (a full disk, a locked ledger) the ledger rolls back, and so
+        # must they, or a retry would publish answers whose charges were rolled back (a
+        # "held" with no page paid, a run whose charge is gone).
+        state = self._snapshot()
+        try:
+            with self.ledger.transaction():
+                existing = self.ledger.get(window.start)
+                if existing is not None:
+                    return ReleasedWindow(existing, replayed=True)
+                record, cost = self._record(window, released_at)
+                entry = self.ledger.record_release(window.start, window.end, *cost, json.dumps(record),
+                                                   recorded_at=released_at)
+        except BaseException:
+            self._restore(state)
+            raise
         return ReleasedWindow(entry, replayed=False)
+
+    def _snapshot(self) -> dict:
+        # Deep copies, except the noise source: a retry draws fresh noise (nothing drawn
+        # before the failure was published).
+        memo = {id(self._noise): self._noise}
+        return copy.deepcopy({"alarm": self.alarm.__dict__, "baseline": self.baseline.__dict__,
+                              "run_span": self._run_span}, memo)
+
+    def _restore(self, state: dict) -> None:
+        for obj, saved in ((self.alarm, state["alarm"]), (self.baseline, state["baseline"])):
+            obj.__dict__.clear()
+            obj.__dict__.update(saved)
+        self._run_span = state["run_span"]
 
     def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = ()) -> bool:
         # The window's own row is written last; span charges made so far are already in
@@ -249,7 +173,8 @@ class WindowReleaser:
         if self.baseline.due(window.end):
             span_start, _ = self.baseline.span_bounds()
             cost = (self.baseline.epsilon, 0.0)
-            if self._fits(window, cost):
+            # The estimate covers its whole span: every period the span touches must pay.
+            if self._fits(window, cost) and self.accountant.fits_span(span_start, window.end, cost):
                 self.ledger.add_charge("baseline", span_start, window.end, *cost)
                 released_baseline = self.baseline.release(window.end)
                 charges.append({"kind": "baseline", "epsilon": cost[0], "delta": 0.0, "span": [span_start, window.end]})
@@ -264,12 +189,17 @@ class WindowReleaser:
         else:
             if self.alarm.run is not None and window.end > self._run_span[1]:
                 self._carry_or_close_run(window, charges)
+            if self.alarm.run is not None and not self.alarm.accepts(self.baseline.estimate):
+                # The refreshed baseline left the run's tau band: the run answers no more
+                # windows (its own charge ends here), and a new run opens around the new rate.
+                self.ledger.end_charge(self.alarm.run, window.start)
+                self.alarm.close_run()
             if self.baseline.estimate is not None and self.alarm.needs_run():
                 cost = (a.epsilon_threshold, 0.0)
                 if self._fits(window, cost):
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
                     run_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
-                    self.alarm.open_run(run_id)
+                    self.alarm.open_run(run_id, self.baseline.estimate)
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
@@ -293,7 +223,7 @@ class WindowReleaser:
             if self._fits(window, self.report_cost, reserve):
                 # "Flagged" in a report means what the alarm counts, so a report's flagged
                 # count and rate compare with the baseline's.
-                report = {"reason": reason, **self._report(window, alarm_flags)}
+                report = {"reason": reason, **self._report(window, alarm_flags, reason)}
                 window_cost = self.report_cost
                 charges.append({"kind": "report", "epsilon": window_cost[0], "delta": window_cost[1]})
             else:
@@ -342,14 +272,18 @@ class WindowReleaser:
         """The alert record's entry for a charge over the open run's span (pure DP)."""
         return {"kind": kind, "run": self.alarm.run, "epsilon": epsilon, "delta": 0.0, "span": list(self._run_span)}
 
-    def _report(self, window: ClosedWindow, flagged: np.ndarray) -> dict:
+    def _report(self, window: ClosedWindow, flagged: np.ndarray, reason: str | None = None) -> dict:
         cfg = self.config
         X = scale_to_unit(window.X, cfg.bounds) if window.n_events else np.zeros((0, len(cfg.features)))
         grid_flagged = None
         if self.n_grids > 1:
-            grid_flagged = self.model.grid_scores(window.X) > self.grid_thresholds[None, :]
+            grid_flagged = (self.model.grid_scores(window.X) > self.grid_thresholds[None, :] if window.n_events
+                            else np.zeros((0, self.n_grids), bool))
+        # Each grid's threshold is calibrated to flag alarm.contamination of normal traffic:
+        # that share times the event count is what a part holds without a surge.
         return release_report(X, flagged, cfg.report, cfg.feature_names, rng=self._noise,
-                              grid_flagged=grid_flagged, grid_names=self.grid_names)
+                              grid_flagged=grid_flagged, grid_names=self.grid_names, grid_features=self.grid_features,
+                              normal_share=cfg.alarm.contamination, reason=reason)
 
 
 def _run_end(window_end: float, run_seconds: float) -> float:
