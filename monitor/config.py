@@ -339,7 +339,12 @@ class BudgetSettings(_Strict):
     period_seconds: float = Field(86400.0, gt=0, description="Rolling period the budget applies to.")
     epsilon: float = Field(12.0, gt=0, description="Total epsilon per privacy unit per period.")
     delta: float = Field(1e-6, ge=0, lt=1, description="Total delta per privacy unit per period.")
-    accountant: Literal["basic", "pld"] = Field("basic", description="Composition: basic sums, or privacy-loss distributions (tighter).")
+    accountant: Literal["basic", "pld"] = Field("basic", description="Composition: basic sums, or privacy-loss distributions (tighter; the alarm's run and page charges are still summed).")
+    lifetime_epsilon: float | None = Field(
+        None, gt=0,
+        description="Optional cap on everything this ledger ever charges (summed): the period budget bounds one period, "
+                    "a person present for 30 days can lose 30 periods' worth. Null: no cap.",
+    )
     ledger: Path = Field(Path("monitor-ledger.sqlite"), description="SQLite ledger of released windows.")
     reference_epsilon: float = Field(5.0, gt=0, description="Total epsilon-DP for the reference data (fit and DP identify queries); never refills.")
     reference_sensitive_epsilon: float = Field(

@@ -149,12 +149,13 @@ class WindowReleaser:
             obj.__dict__.update(saved)
         self._run_span = state["run_span"]
 
-    def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = ()) -> bool:
+    def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = (),
+              kind: str = "window") -> bool:
         # The window's own row is written last; span charges made so far are already in
         # the ledger (same transaction), so decide() sees them.
         costs = [cost, *reserve]
         total = (math.fsum(c[0] for c in costs), math.fsum(c[1] for c in costs))
-        return self.accountant.decide(window.start, window.end, total).released
+        return self.accountant.decide(window.start, window.end, total, kind).released
 
     def _record(self, window: ClosedWindow, released_at: float) -> tuple[dict, tuple[float, float]]:
         cfg = self.config
@@ -174,7 +175,7 @@ class WindowReleaser:
             span_start, _ = self.baseline.span_bounds()
             cost = (self.baseline.epsilon, 0.0)
             # The estimate covers its whole span: every period the span touches must pay.
-            if self._fits(window, cost) and self.accountant.fits_span(span_start, window.end, cost):
+            if self._fits(window, cost) and self.accountant.fits_span(span_start, window.end, cost, "baseline"):
                 self.ledger.add_charge("baseline", span_start, window.end, *cost)
                 released_baseline = self.baseline.release(window.end)
                 charges.append({"kind": "baseline", "epsilon": cost[0], "delta": 0.0, "span": [span_start, window.end]})
@@ -196,14 +197,14 @@ class WindowReleaser:
                 self.alarm.close_run()
             if self.baseline.estimate is not None and self.alarm.needs_run():
                 cost = (a.epsilon_threshold, 0.0)
-                if self._fits(window, cost):
+                if self._fits(window, cost, kind="alarm_run"):
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
                     run_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
                     self.alarm.open_run(run_id, self.baseline.estimate)
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
-            can_page = self.alarm.run is not None and self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0))
+            can_page = self.alarm.run is not None and self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0), "alarm_page")
             answer = self.alarm.answer_one(alarm_flagged, n, self.baseline.estimate, can_page=can_page)
             if answer.state == "fired":
                 self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
@@ -261,7 +262,7 @@ class WindowReleaser:
         """
         a = self.config.alarm
         cost = (a.epsilon_threshold, 0.0)
-        if self.alarm.has_paged or not self._fits(window, cost):
+        if self.alarm.has_paged or not self._fits(window, cost, kind="alarm_run"):
             self.alarm.close_run()  # its charges cover no later window
             return
         self._run_span = (self._run_span[0], _run_end(window.end, a.run_seconds))

@@ -257,3 +257,42 @@ def test_the_ledger_stores_scheduled_times_not_the_wall_clock(tmp_path, vitals_m
         charges = conn.execute("SELECT span_start, recorded_at FROM charges").fetchall()
     assert windows and all(rec == end + 5 for end, rec in windows)
     assert charges and all(rec == start for start, rec in charges)
+
+
+# -- 6. the alarm's charges compose by basic composition, whatever the accountant ----------
+
+def test_pld_composes_the_windows_but_adds_the_alarm_charges(tmp_path):
+    ledger = WindowLedger(tmp_path / "l.sqlite")
+    acc = BudgetAccountant(ledger, epsilon=4.0, delta=1e-5, period_seconds=86400, accountant="pld")
+    for i in range(30):  # an alarm run's pages: charged from its outputs, inside one run
+        ledger.add_charge("alarm_page", 0.0, 3600.0, 0.1, 0.0)
+    assert acc.spent(3600.0)[0] == pytest.approx(3.0)  # basic, not the PLD of 30 x 0.1
+    # Ten more pages would compose to under 4 by PLD, but not by basic composition.
+    for _ in range(10):
+        assert acc.fits_span(0.0, 3600.0, (0.1, 0.0), "alarm_page")
+        ledger.add_charge("alarm_page", 0.0, 3600.0, 0.1, 0.0)
+    assert not acc.fits_span(0.0, 3600.0, (0.1, 0.0), "alarm_page")
+    assert not acc.decide(3300.0, 3600.0, (0.1, 0.0), "alarm_run").released
+    # Windows (reports, fixed costs) still compose by PLD on top of the alarm's sum: 88
+    # windows of (0.1, 1e-8) cost 3.99 by PLD, 8.8 by basic composition.
+    acc2 = BudgetAccountant(WindowLedger(tmp_path / "m.sqlite"), epsilon=5.0, delta=1e-5, period_seconds=86400, accountant="pld")
+    acc2.ledger.add_charge("alarm_run", 0.0, 86400.0, 1.0, 0.0)
+    for i in range(88):
+        assert acc2.release(i * 60.0, i * 60.0 + 60, (0.1, 1e-8), lambda d: "{}").entry.released
+    assert acc2.spent(88 * 60.0)[0] == pytest.approx(1.0 + 3.991, abs=0.01)
+
+
+# -- 8. a cap over the ledger's whole history ------------------------------------------------
+
+def test_a_lifetime_cap_bounds_what_a_person_loses_over_many_periods(tmp_path):
+    config = parse_config({"features": [{"name": "x", "min": 0, "max": 1}], "alarm": {"enabled": False, "epsilon_threshold": 0.2, "epsilon_page": 0.2},
+                           "budget": {"epsilon": 1.0, "period_seconds": 3600, "lifetime_epsilon": 2.5,
+                                      "ledger": str(tmp_path / "l.sqlite")}})
+    acc = BudgetAccountant.from_settings(WindowLedger(config.budget.ledger), config.budget)
+    # One 0.5 window an hour: each hour alone is within 1.0, but only five fit the lifetime.
+    outcomes = [acc.release(h * 3600.0, h * 3600.0 + 60, (0.5, 0.0), lambda d: json.dumps(d.budget_record()))
+                for h in range(8)]
+    assert [o.entry.released for o in outcomes] == [True] * 5 + [False] * 3
+    last = json.loads(outcomes[4].entry.payload)
+    assert last["epsilon_lifetime_spent"] == pytest.approx(2.5) and last["epsilon_lifetime_limit"] == 2.5
+    assert not acc.fits_span(0.0, 8 * 3600.0, (0.1, 0.0), "alarm_page")

@@ -36,10 +36,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from monitor.budget.composition import AccountantKind, Cost, fits, spend
+from monitor.budget.composition import AccountantKind, Cost, fits, spend, within
 from monitor.budget.ledger import LedgerEntry, WindowLedger
 
-__all__ = ["BudgetAccountant", "Decision", "ReleaseOutcome"]
+__all__ = ["BudgetAccountant", "Decision", "ReleaseOutcome", "BASIC_KINDS"]
+
+# Span charges composed by basic composition whatever the accountant: an alarm run is not
+# a composition of independent mechanisms, and its pages are charged as its outputs come
+# (see composition.spend).
+BASIC_KINDS = ("alarm_run", "alarm_page")
 
 
 def _plus_one(counts: dict[Cost, int], cost: Cost) -> dict[Cost, int]:
@@ -66,6 +71,8 @@ class Decision:
     delta_limit: float
     period_seconds: float
     accountant: AccountantKind
+    epsilon_lifetime_spent: float = 0.0
+    epsilon_lifetime_limit: float | None = None
 
     @property
     def epsilon_remaining(self) -> float:
@@ -79,6 +86,8 @@ class Decision:
             "epsilon_spent": self.epsilon_spent,
             "epsilon_remaining": self.epsilon_remaining,
             "delta_limit": self.delta_limit,
+            "epsilon_lifetime_spent": self.epsilon_lifetime_spent,
+            "epsilon_lifetime_limit": self.epsilon_lifetime_limit,
         }
 
 
@@ -103,11 +112,19 @@ class BudgetAccountant:
     """Per-privacy-unit (epsilon, delta) budget over a rolling period, kept in a WindowLedger.
 
     ``accountant="basic"`` sums epsilons and deltas; ``"pld"`` composes privacy-loss
-    distributions (dp-accounting) and admits more windows for the same guarantee.
+    distributions (dp-accounting) and admits more windows for the same guarantee, except
+    for the alarm's charges (``BASIC_KINDS``), which it adds.
+
+    ``lifetime_epsilon``: an optional cap on the sum of every epsilon the ledger ever
+    charged. The rolling period alone bounds what one period reveals; a person present
+    for 30 days can lose 30 periods' worth, so deployments that must bound a person's
+    whole loss set this (basic composition over the ledger's history; once reached,
+    nothing more is released from this ledger).
     """
 
     def __init__(
-        self, ledger: WindowLedger, epsilon: float, delta: float, period_seconds: float, accountant: AccountantKind = "basic"
+        self, ledger: WindowLedger, epsilon: float, delta: float, period_seconds: float, accountant: AccountantKind = "basic",
+        lifetime_epsilon: float | None = None,
     ) -> None:
         if not (epsilon > 0 and math.isfinite(epsilon)):
             raise ValueError(f"epsilon must be positive and finite, got {epsilon}")
@@ -122,27 +139,48 @@ class BudgetAccountant:
         self.delta = float(delta)
         self.period_seconds = float(period_seconds)
         self.accountant: AccountantKind = accountant
+        if lifetime_epsilon is not None and not (lifetime_epsilon > 0 and math.isfinite(lifetime_epsilon)):
+            raise ValueError(f"lifetime_epsilon must be positive and finite, got {lifetime_epsilon}")
+        self.lifetime_epsilon = None if lifetime_epsilon is None else float(lifetime_epsilon)
 
-    def decide(self, window_start: float, window_end: float, cost: Cost) -> Decision:
+    @classmethod
+    def from_settings(cls, ledger: WindowLedger, budget) -> "BudgetAccountant":
+        """The accountant the ``budget`` block of the config describes."""
+        return cls(ledger, budget.epsilon, budget.delta, budget.period_seconds, budget.accountant, budget.lifetime_epsilon)
+
+    def _within_lifetime(self, cost: Cost) -> bool:
+        return self.lifetime_epsilon is None or within(self.ledger.total_epsilon() + cost[0], self.lifetime_epsilon)
+
+    def decide(self, window_start: float, window_end: float, cost: Cost, kind: str = "window") -> Decision:
         """May the window [window_start, window_end) costing ``cost`` be released?
 
-        Looks only at window times and the ledger. Does not record anything.
+        ``kind``: what the cost pays for; one of ``BASIC_KINDS`` composes by basic
+        composition (as it will once it is in the ledger). Looks only at window times and
+        the ledger. Does not record anything.
         """
         cost = (float(cost[0]), float(cost[1]))
         period = self.period_seconds
         lim = (self.accountant, self.epsilon, self.delta)
-        in_period = self.ledger.charge_counts(window_end - period, window_end)
-        released = fits(_plus_one(in_period, cost), *lim)
+        basic_new = kind in BASIC_KINDS
+
+        def with_cost(end: float) -> tuple[dict[Cost, int], dict[Cost, int]]:
+            counts, basic = self.ledger.split_charge_counts(end - period, end, BASIC_KINDS)
+            return (counts, _plus_one(basic, cost)) if basic_new else (_plus_one(counts, cost), basic)
+
+        in_period, basic = self.ledger.split_charge_counts(window_end - period, window_end, BASIC_KINDS)
+        counts_now, basic_now = with_cost(window_end)
+        released = fits(counts_now, *lim, basic=basic_now) and self._within_lifetime(cost)
         # Only if windows were released out of order: every later released window's
         # trailing period that would also contain this one must stay within budget.
         later = self.ledger.charges(window_end, math.nextafter(window_end + period, -math.inf))
         for end in sorted({c.window_end for c in later}):
             if not released:
                 break
-            released = fits(_plus_one(self.ledger.charge_counts(end - period, end), cost), *lim)
+            counts, basic_later = with_cost(end)
+            released = fits(counts, *lim, basic=basic_later)
         if released:
-            in_period = _plus_one(in_period, cost)
-        eps, delta = spend(in_period, self.accountant, self.delta)
+            in_period, basic = counts_now, basic_now
+        eps, delta = spend(in_period, self.accountant, self.delta, basic)
         return Decision(
             released=released,
             window_start=window_start,
@@ -150,29 +188,35 @@ class BudgetAccountant:
             cost=cost,
             epsilon_spent=eps,
             delta_spent=delta,
-            windows_in_period=sum(in_period.values()),
+            windows_in_period=sum(in_period.values()) + sum(basic.values()),
             epsilon_limit=self.epsilon,
             delta_limit=self.delta,
             period_seconds=period,
             accountant=self.accountant,
+            epsilon_lifetime_spent=self.ledger.total_epsilon() + (cost[0] if released else 0.0),
+            epsilon_lifetime_limit=self.lifetime_epsilon,
         )
 
-    def fits_span(self, span_start: float, window_end: float, cost: Cost) -> bool:
+    def fits_span(self, span_start: float, window_end: float, cost: Cost, kind: str = "alarm_page") -> bool:
         """May a charge of ``cost`` over a span that began at ``span_start`` be added at ``window_end``?
 
-        For a charge that reaches back in time (an alarm page pays over its whole run), every
-        period (t - period, t] it touches with span_start < t <= window_end must stay within
-        budget; periods ending later are checked by the later decisions, which see it. A
-        period's charges change only when one enters (t reaches a window's end, or passes a
-        span's start), so checking t = window_end and each such entry point is exact.
+        For a charge that reaches back in time (an alarm page pays over its whole run, a
+        baseline estimate over its span), every period (t - period, t] it touches with
+        span_start < t <= window_end must stay within budget; periods ending later are
+        checked by the later decisions, which see it. A period's charges change only when
+        one enters (t reaches a window's end, or passes a span's start), so checking
+        t = window_end and each such entry point is exact. ``kind`` as in ``decide``.
         """
         cost = (float(cost[0]), float(cost[1]))
+        if not self._within_lifetime(cost):
+            return False
         period = self.period_seconds
         lo = math.nextafter(span_start, math.inf)  # the first period end the new charge touches
-        # (enters at, leaves when t - period reaches, cost): a window counts for t in [end, end + period).
-        held = [(c.window_end, c.window_end, (c.epsilon, c.delta))
+        # (enters at, leaves when t - period reaches, (cost, composed apart)): a window counts for t in [end, end + period).
+        held = [(c.window_end, c.window_end, ((c.epsilon, c.delta), False))
                 for c in self.ledger.charges(span_start - period, window_end, paid_only=True)]
-        held += [(math.nextafter(s, math.inf), e, (eps, d)) for _, _, s, e, eps, d in self.ledger.span_charges(after=span_start - period)
+        held += [(math.nextafter(s, math.inf), e, ((eps, d), k in BASIC_KINDS))
+                 for _, k, s, e, eps, d in self.ledger.span_charges(after=span_start - period)
                  if s < window_end and (eps > 0 or d > 0)]
         ends = np.array(sorted({window_end} | {max(enter, lo) for enter, _, _ in held if enter <= window_end}))
         # A charge counts in the period ending at t iff enter <= t and leave > t - period.
@@ -186,9 +230,13 @@ class BudgetAccountant:
             enter = np.sort([e for e, _, cc in held if cc == c])
             leave = np.sort([x for _, x, cc in held if cc == c])
             counts[:, j] = np.searchsorted(enter, ends, side="right") - np.searchsorted(leave, ends - period, side="right")
+        new = (cost, kind in BASIC_KINDS)
         for row in np.unique(counts, axis=0):  # periods holding the same charges compose alike (PLD is slow)
             held_now = {c: int(m) for c, m in zip(costs, row) if m}
-            if not fits(_plus_one(held_now, cost), self.accountant, self.epsilon, self.delta):
+            held_now[new] = held_now.get(new, 0) + 1
+            composed = {c: m for (c, apart), m in held_now.items() if not apart}
+            apart = {c: m for (c, apart), m in held_now.items() if apart}
+            if not fits(composed, self.accountant, self.epsilon, self.delta, basic=apart):
                 return False
         return True
 
@@ -221,8 +269,9 @@ class BudgetAccountant:
         return ReleaseOutcome(entry, decision)
 
     def spent(self, at: float) -> tuple[float, float]:
-        """(epsilon, delta) spent by the released windows ending in (at - period, at]."""
-        return spend(self.ledger.charge_counts(at - self.period_seconds, at), self.accountant, self.delta)
+        """(epsilon, delta) spent by the charges touching (at - period, at]."""
+        counts, basic = self.ledger.split_charge_counts(at - self.period_seconds, at, BASIC_KINDS)
+        return spend(counts, self.accountant, self.delta, basic)
 
     def remaining(self, at: float) -> float:
         """Epsilon left in the period ending at ``at`` (never negative)."""

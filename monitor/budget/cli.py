@@ -90,7 +90,7 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
     if not report["exists"]:
         return report
     with WindowLedger(b.ledger) as led:
-        acc = BudgetAccountant(led, b.epsilon, b.delta, b.period_seconds, b.accountant)
+        acc = BudgetAccountant.from_settings(led, b)
         at = led.last_window_end() if at is None else at
         report["at"] = at
         if at is None:

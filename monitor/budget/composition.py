@@ -89,18 +89,31 @@ def pld_epsilon(costs: Mapping[Cost, int], delta_limit: float) -> float:
     return _pld_epsilon_cached(key, float(delta_limit))
 
 
-def spend(costs: Mapping[Cost, int], accountant: AccountantKind, delta_limit: float) -> tuple[float, float]:
-    """What ``costs`` add up to: (sum eps, sum delta) for basic, (eps at delta_limit, delta_limit) for PLD."""
+def spend(costs: Mapping[Cost, int], accountant: AccountantKind, delta_limit: float,
+          basic: Mapping[Cost, int] | None = None) -> tuple[float, float]:
+    """What ``costs`` add up to: (sum eps, sum delta) for basic, (eps at delta_limit, delta_limit) for PLD.
+
+    ``basic``: costs added by basic composition whatever the accountant, on top of what
+    ``costs`` compose to. For charges chosen from released outputs inside one mechanism's
+    run (an alarm run's threshold and pages): PLD composition is proven for mechanisms
+    fixed in advance, and no PLD privacy-filter theorem covers such charges, while basic
+    composition is a valid filter (Rogers, Roth, Ullman, Vadhan 2016).
+    """
+    b_eps, b_delta = basic_spend(basic or {})
     if not any(n > 0 for n in costs.values()):
-        return 0.0, 0.0
+        return b_eps, b_delta
     if accountant == "basic":
-        return basic_spend(costs)
-    return pld_epsilon(costs, delta_limit), delta_limit
+        eps, delta = basic_spend(costs)
+        return eps + b_eps, delta + b_delta
+    if b_delta >= delta_limit:
+        return math.inf, delta_limit
+    return pld_epsilon(costs, delta_limit - b_delta) + b_eps, delta_limit
 
 
-def fits(costs: Mapping[Cost, int], accountant: AccountantKind, epsilon_limit: float, delta_limit: float) -> bool:
-    """Do ``costs`` compose to within (epsilon_limit, delta_limit)?"""
-    eps, delta = spend(costs, accountant, delta_limit)
+def fits(costs: Mapping[Cost, int], accountant: AccountantKind, epsilon_limit: float, delta_limit: float,
+         basic: Mapping[Cost, int] | None = None) -> bool:
+    """Do ``costs`` (and ``basic``, by basic composition; see ``spend``) compose to within (epsilon_limit, delta_limit)?"""
+    eps, delta = spend(costs, accountant, delta_limit, basic)
     # PLD reports eps = inf when the deltas alone exceed the limit.
     return within(eps, epsilon_limit) and within(delta, delta_limit)
 

@@ -27,7 +27,7 @@ import math
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Sequence
 
 from monitor.budget._sqlite import Transactions, open_ledger
 
@@ -246,6 +246,13 @@ class WindowLedger:
         is all that composition needs; grouping in SQLite keeps a period of ten thousand
         windows cheap to read.
         """
+        counts, apart = self.split_charge_counts(after, upto, ())
+        assert not apart
+        return counts
+
+    def split_charge_counts(self, after: float, upto: float, apart_kinds: Sequence[str]
+                            ) -> tuple[dict[tuple[float, float], int], dict[tuple[float, float], int]]:
+        """``charge_counts``, with the span charges of ``apart_kinds`` counted in a second mapping."""
         with self._tx.read() as conn:
             rows = conn.execute(
                 "SELECT epsilon, delta, count(*) FROM windows "
@@ -254,14 +261,26 @@ class WindowLedger:
                 (after, upto),
             ).fetchall()
             spans = conn.execute(
-                "SELECT epsilon, delta, count(*) FROM charges "
-                "WHERE span_end > ? AND span_start < ? AND (epsilon > 0 OR delta > 0) GROUP BY epsilon, delta",
+                "SELECT epsilon, delta, kind, count(*) FROM charges "
+                "WHERE span_end > ? AND span_start < ? AND (epsilon > 0 OR delta > 0) GROUP BY epsilon, delta, kind",
                 (after, upto),
             ).fetchall()
         counts: dict[tuple[float, float], int] = {}
-        for eps, delta, n in rows + spans:
+        apart: dict[tuple[float, float], int] = {}
+        for eps, delta, n in rows:
             counts[(eps, delta)] = counts.get((eps, delta), 0) + n
-        return counts
+        for eps, delta, kind, n in spans:
+            into = apart if kind in apart_kinds else counts
+            into[(eps, delta)] = into.get((eps, delta), 0) + n
+        return counts, apart
+
+    def total_epsilon(self) -> float:
+        """Sum of the epsilons of everything the ledger ever charged (released windows and
+        span charges): a privacy unit present throughout has lost at most this much."""
+        with self._tx.read() as conn:
+            windows = conn.execute("SELECT total(epsilon) FROM windows WHERE status = 'released'").fetchone()[0]
+            spans = conn.execute("SELECT total(epsilon) FROM charges").fetchone()[0]
+        return math.fsum((windows, spans))
 
     def add_charge(self, kind: str, span_start: float, span_end: float, epsilon: float, delta: float = 0.0) -> int:
         """Record a charge over the windows of [span_start, span_end); returns its id.

@@ -146,7 +146,7 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
         b = config.budget
         ledger = WindowLedger(ledger_path)
         try:
-            accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+            accountant = BudgetAccountant.from_settings(ledger, b)
             # Suppressed spans already in a given ledger (a `catch_up` entry covers many
             # windows): those windows were decided once, as not released.
             suppressed = [(e.window_start, e.window_end, e.reason) for e in ledger.entries(since=first)

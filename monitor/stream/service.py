@@ -238,7 +238,7 @@ class MonitorService:
 
         b = self.config.budget
         self.ledger = WindowLedger(b.ledger)
-        self.accountant = BudgetAccountant(self.ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+        self.accountant = BudgetAccountant.from_settings(self.ledger, b)
         # Its producer comes with the others in _connect.
         self.publisher = WindowPublisher(self.config, self.ledger, self.accountant, self.metrics, None, model=self.model,
                                          noise=self._noise, stop=self._stop, on_release=self._on_release,
