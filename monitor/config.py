@@ -449,14 +449,36 @@ _RENAMED = {
 }
 
 
-def _format_error(err: ValidationError, source: str) -> str:
+def _key_path(loc: tuple, data: Any) -> str:
+    """A pydantic error location as the user's key: ``features[temprature].max``, not ``features.2.max``.
+
+    >>> _key_path(("features", 1, "max"), {"features": [{"name": "hr"}, {"name": "temprature"}]})
+    'features[temprature].max'
+    >>> _key_path(("features", 1), {"features": [{"name": "hr"}, {"min": 0}]})
+    'features[1]'
+    """
+    parts: list[str] = []
+    node = data
+    for p in loc:
+        if isinstance(p, int):
+            item = node[p] if isinstance(node, list) and p < len(node) else None
+            name = item.get("name") if isinstance(item, dict) else None
+            parts[-1:] = [f"{parts[-1] if parts else ''}[{name if isinstance(name, str) and name else p}]"]
+            node = item
+        else:
+            parts.append(str(p))
+            node = node.get(p) if isinstance(node, dict) else None
+    return ".".join(parts)
+
+
+def _format_error(err: ValidationError, source: str, data: Any = None) -> str:
     lines = [f"invalid configuration in {source}:"]
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = _RENAMED.get(path, "unknown key (check its spelling)")
-        lines.append(f"  {path}: {msg}")
+        lines.append(f"  {_key_path(e['loc'], data) or '(top level)'}: {msg}")
     return "\n".join(lines)
 
 
@@ -467,7 +489,7 @@ def parse_config(data: Any, source: str = "<config>") -> MonitorConfig:
     try:
         return MonitorConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_format_error(err, source)) from None
+        raise ConfigError(_format_error(err, source, data)) from None
 
 
 def load_config(path: str | Path) -> MonitorConfig:

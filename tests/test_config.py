@@ -20,7 +20,7 @@ def test_unknown_key_names_its_path():
 
 
 def test_bad_bounds_name_the_feature():
-    with pytest.raises(ConfigError, match=r"features\.1: max \(60.0\) must be greater than min \(70.0\)"):
+    with pytest.raises(ConfigError, match=r"features\[spo2\]: max \(60.0\) must be greater than min \(70.0\)"):
         parse_config({"features": [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 60}]})
 
 

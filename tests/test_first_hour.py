@@ -189,15 +189,22 @@ def test_misspelt_field_and_sentinel_values_are_warned_about_in_the_log(workdir,
             producer.send(topic, json.dumps({"hr": 70, "sp02": 97, "ts": now}).encode())
         for i in range(30):   # sentinels far outside the public bounds
             producer.send(topic, json.dumps({"hr": -999 if i % 2 else 1e9, "spo2": 97, "ts": now}).encode())
+        for i in range(20):   # epoch milliseconds, as JavaScript's Date.now() gives them
+            producer.send(topic, json.dumps({"hr": 70, "spo2": 97, "ts": int(now * 1000)}).encode())
         producer.flush()
         producer.close()
-        wait_for(lambda: "values outside" in log.read_text() and "missing_field" in log.read_text(), 30, "the warnings")
+        wait_for(lambda: "values outside" in log.read_text() and "missing_field" in log.read_text()
+                 and "bad_timestamp" in log.read_text(), 30, "the warnings")
     finally:
         stop(proc)
     warnings = [line for line in log.read_text().splitlines() if " WARNING " in line]
     dead = [w for w in warnings if "missing_field" in w]
     bounds = [w for w in warnings if "values outside" in w]
     assert dead and "field 'spo2'" in dead[0] and "features[].name" in dead[0], dead
+    assert "did you mean 'sp02' for 'spo2'?" in dead[0], dead  # issue 29.9
+    ms = [w for w in warnings if "bad_timestamp" in w]
+    assert ms and "field 'ts'" in ms[0] and "looks like milliseconds" in ms[0], ms
+    assert str(int(now * 1000))[:8] not in " ".join(ms)  # counts and advice, never the value
     assert sum(int(re.search(r"(\d+) events", w).group(1)) for w in dead) == 200
     assert len(dead) <= 3, dead  # rate-limited, not one line per event
     assert bounds and "feature 'hr'" in bounds[0] and "[30, 220]" in bounds[0], bounds
@@ -227,6 +234,31 @@ def test_fit_says_when_the_reference_is_too_small_for_its_epsilon(workdir):
     assert "warning: the model is mostly noise" in small.stderr and "more reference rows" in small.stderr, small.stderr
     assert "Traceback" not in small.stderr
     assert "mostly noise" not in fit(3000, 1.0).stderr
+
+
+def test_missing_fields_are_all_named_with_a_guess_in_the_dead_letters(tmp_path):
+    """Issue 29.9: `missing_field` named only the first missing field, with no did-you-mean."""
+    write_config(tmp_path, bootstrap=None, model_path=write_model(tmp_path / "model.json"), prefix="fh")
+    (tmp_path / "events.jsonl").write_text(json.dumps({"hrt": 70, "sp02": 97, "ts": 1_763_700_010}) + "\n"
+                                           + json.dumps({"hr": 70, "spo2": 97, "ts": 1_763_700_010_000}) + "\n")
+    res = monitor("replay", "--input", "events.jsonl", "--start", "2025-11-21T04:40:00Z", "--end", "2025-11-21T04:40:02Z",
+                  "--output", "out.jsonl", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    missing, millis = [json.loads(x) for x in (tmp_path / "out.jsonl.dead-letter.jsonl").read_text().splitlines()]
+    assert missing["reason"] == "missing_field" and "'hr', 'spo2'" in missing["detail"], missing
+    assert "did you mean 'hrt' for 'hr' and 'sp02' for 'spo2'?" in missing["detail"], missing
+    assert millis["reason"] == "bad_timestamp" and "field 'ts'" in millis["detail"], millis
+    assert "looks like milliseconds" in millis["detail"], millis
+
+
+def test_a_config_error_names_the_feature_not_its_index(workdir):
+    data = yaml.safe_load((workdir / "config.yaml").read_text())
+    data["features"].append({"name": "temprature", "min": 40, "max": 10})
+    (workdir / "config.yaml").write_text(yaml.safe_dump(data))
+    res = monitor("budget", cwd=workdir)
+    one_line_error(res, "invalid configuration")
+    assert "features[temprature]: max (10.0) must be greater than min (40.0)" in res.stderr, res.stderr
+    assert "features.2" not in res.stderr
 
 
 # ---------------------------------------------------------------- 3 and 9. the budget plan

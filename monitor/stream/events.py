@@ -17,6 +17,7 @@ wrong_type: field 'hr': Input should be a valid number
 
 from __future__ import annotations
 
+import difflib
 import math
 from operator import attrgetter, itemgetter
 from datetime import datetime, timezone
@@ -43,15 +44,21 @@ _REASON_BY_ERROR = {
 # The event id used in audit lines; optional in events.
 ID_FIELD = "id"
 
+# Epoch seconds beyond this (the year 5138) are epoch milliseconds sent by mistake.
+MILLISECONDS_ABOVE = 1e11
+_MS_HINT = "looks like milliseconds since the epoch: send seconds (milliseconds / 1000) or ISO 8601"
+
 
 class InvalidEvent(ValueError):
     """A message that cannot be monitored; ``reason`` is its dead-letter reason."""
 
-    def __init__(self, reason: str, detail: str, field: str | None = None) -> None:
+    def __init__(self, reason: str, detail: str, field: str | None = None, hint: str | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
         self.field = field  # the event field at fault, when there is one (for the log's hint)
+        # What to do about it, for the log: names and advice only, never an event's value.
+        self.hint = hint
 
 
 class Event(NamedTuple):
@@ -170,7 +177,7 @@ class EventSchema:
         timestamp = None
         if self.timestamp_field:
             timestamp = obj[self.timestamp_field]
-            if timestamp.__class__ is not float or timestamp < 0:  # fast path: epoch seconds
+            if timestamp.__class__ is not float or not 0 <= timestamp < MILLISECONDS_ABOVE:  # fast path: epoch seconds
                 timestamp = parse_timestamp(timestamp, self.timestamp_field)
         entity = str(obj[self.entity_field]) if self.entity_field else None
         event_id = obj.get(ID_FIELD)
@@ -204,7 +211,7 @@ class EventSchema:
             if set(map(type, col)) != {float}:
                 return None  # ISO strings: the per-message path
             timestamps = np.array(col, dtype=float)
-            if not (np.isfinite(timestamps).all() and (timestamps >= 0).all()):
+            if not (np.isfinite(timestamps).all() and (timestamps >= 0).all() and (timestamps < MILLISECONDS_ABOVE).all()):
                 return None
         entities = None
         if self.entity_field:
@@ -217,14 +224,32 @@ class EventSchema:
         return EventBatch(X, timestamps, entities, ids)
 
     def _invalid(self, err: ValidationError) -> InvalidEvent:
-        first = err.errors(include_url=False)[0]
+        errors = err.errors(include_url=False)
+        first = errors[0]
         loc = first["loc"]
         field = str(loc[0]) if loc else None
         reason = _REASON_BY_ERROR.get(first["type"], "wrong_type")
-        if field is not None and field == self.timestamp_field and reason != "missing_field":
+        if reason == "missing_field":
+            return self._missing([str(e["loc"][0]) for e in errors if e["type"] == "missing" and e["loc"]], first.get("input"))
+        if field is not None and field == self.timestamp_field:
             return InvalidEvent("bad_timestamp", f"field {field!r}: must be epoch seconds or an ISO 8601 string", field)
         where = f"field {field!r}: " if field is not None else ""
         return InvalidEvent(reason, where + first["msg"], field)
+
+    def _missing(self, missing: list[str], obj) -> InvalidEvent:
+        """Every missing field, and for each the event's unknown field it is probably misspelt as."""
+        expected = {*self.feature_names, self.timestamp_field, self.entity_field, ID_FIELD}
+        unknown = [k for k in obj if k not in expected] if isinstance(obj, dict) else []
+        guesses = []
+        for name in missing:
+            close = difflib.get_close_matches(name, unknown, n=1, cutoff=0.6)
+            if close:
+                guesses.append(f"{close[0]!r} for {name!r}")
+                unknown.remove(close[0])
+        names = ", ".join(map(repr, missing))
+        hint = f"missing {names}" + (f" (did you mean {' and '.join(guesses)}?)" if guesses else "")
+        return InvalidEvent("missing_field", f"field{'s' if len(missing) > 1 else ''} {names}: Field required"
+                            + (f"; did you mean {' and '.join(guesses)}?" if guesses else ""), missing[0], hint)
 
 
 def parse_timestamp(value: float | str, field: str = "timestamp") -> float:
@@ -234,16 +259,22 @@ def parse_timestamp(value: float | str, field: str = "timestamp") -> float:
     1763700000.0
     >>> parse_timestamp(1763700000)
     1763700000.0
+    >>> parse_timestamp(1763700000000)
+    Traceback (most recent call last):
+    ...
+    monitor.stream.events.InvalidEvent: bad_timestamp: field 'timestamp': 1763700000000 looks like milliseconds since the epoch: send seconds (milliseconds / 1000) or ISO 8601
     """
     if isinstance(value, str):
         try:
             dt = datetime.fromisoformat(value)
         except ValueError:
-            raise InvalidEvent("bad_timestamp", f"field {field!r}: {value[:40]!r} is not ISO 8601") from None
+            raise InvalidEvent("bad_timestamp", f"field {field!r}: {value[:40]!r} is not ISO 8601", field) from None
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=timezone.utc)
         return dt.timestamp()
     ts = float(value)
     if not math.isfinite(ts) or ts < 0:
-        raise InvalidEvent("bad_timestamp", f"field {field!r}: {ts!r} is not a valid epoch time")
+        raise InvalidEvent("bad_timestamp", f"field {field!r}: {ts!r} is not a valid epoch time", field)
+    if ts >= MILLISECONDS_ABOVE:
+        raise InvalidEvent("bad_timestamp", f"field {field!r}: {ts:.0f} {_MS_HINT}", field, _MS_HINT)
     return ts

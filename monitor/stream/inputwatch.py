@@ -70,7 +70,7 @@ class InputWatch:
     def dead_letters(self, rejected: Iterable, now: float) -> None:
         """Note the InvalidEvents of one batch (``reason``, ``field``) and warn when due."""
         for bad in rejected:
-            self._pending[("dead", bad.reason, getattr(bad, "field", None))] += 1
+            self._pending[("dead", bad.reason, getattr(bad, "field", None), getattr(bad, "hint", None))] += 1
         self._flush(now)
 
     def out_of_bounds(self, X: np.ndarray, now: float) -> dict[str, int]:
@@ -104,7 +104,7 @@ class InputWatch:
             return (f"feature {name!r}: {n} values outside its public bounds [{lo:g}, {hi:g}]{since} were clipped to them: "
                     f"check the producer for sentinel values (-999, 1e9) or units, or widen features[].min/max "
                     f"(from domain knowledge, never from the data)")
-        _, reason, field = key
+        _, reason, field, hint = key
         what = f"field {field!r}" if field else "no field"
         return (f"{n} events{since} went to the dead-letter topic {self.topic} with reason {reason} ({what}): "
-                f"{_HINTS.get(reason, 'see the reason header of the dead letters')}")
+                + (f"{hint}; " if hint else "") + _HINTS.get(reason, "see the reason header of the dead letters"))
