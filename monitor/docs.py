@@ -10,12 +10,13 @@ the code. This module also offers the helpers the deploy tests share: every Prom
 expression of the dashboard and the rules, and the metric names inside them.
 
 It reads deploy/ from a source checkout; it is a developer tool, not part of `monitor`'s
-runtime.
+runtime, and imports nothing from the source tree outside the package (bench/ included).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import types
@@ -279,6 +280,24 @@ def current_block(name: str, path: Path) -> str | None:
     return match.group(1).strip() if match else None
 
 
+def write_block(name: str, markdown: str, path: Path) -> None:
+    """Replace the ``<!-- begin:NAME -->`` ... ``<!-- end:NAME -->`` block of ``path`` (appended
+    when absent), atomically. Here rather than imported from bench/: the installed package
+    must not reach into the source tree.
+    """
+    begin, end = f"<!-- begin:{name} -->", f"<!-- end:{name} -->"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    block = f"{begin}\n{markdown.strip()}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     stale = [name for name, (path, make) in BLOCKS.items() if current_block(name, path) != make().strip()]
@@ -286,12 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in stale:
             print(f"{BLOCKS[name][0].relative_to(REPO)}: block {name!r} is stale: run python -m monitor.docs", file=sys.stderr)
         return 1 if stale else 0
-    sys.path.insert(0, str(REPO))  # bench/ is a source-tree folder, not an installed package
-    from bench.report import write_section
-
     for name in stale:
         path, make = BLOCKS[name]
-        write_section(name, make(), path=path)
+        write_block(name, make(), path)
         print(f"updated {path.relative_to(REPO)} block {name}")
     return 0
 
