@@ -89,7 +89,7 @@ class StreamSettings(_Strict):
     entity_field: str | None = Field(None, description="Privacy unit field; at most one event per entity per window is kept.")
     max_message_bytes: int = Field(65536, gt=0, description="Larger messages go to the dead-letter topic.")
     kafka: dict[str, Any] = Field(default_factory=dict, description="Extra kafka-python settings passed through (SASL, TLS, ...).")
-    embedded_broker_port: int = Field(0, ge=0, le=65535, description="Port of the embedded broker; 0 picks a free one.")
+    embedded_broker_port: int = Field(0, ge=0, le=65535, description="Port of the embedded broker; 0: Kafka's 9092 when it is free, else a free one (the start-up line names it).")
     connect_timeout_seconds: float = Field(
         5.0, gt=0, description="How long `monitor run` waits at start for a bootstrap server to accept a connection before it "
         "stops with one line (exit 2)."
