@@ -123,8 +123,8 @@ def test_grafana_provisioning_finds_both_dashboards_each_on_its_own_side_of_the_
 
 
 ANALYST_NEEDS = ("alarm_state", "alarm_pages_total", "alarm_threshold_events", "baseline_flagged_rate",
-                 "report_flagged_count{instance=~\"$instance\"} / clamp_min(dp_monitor_report_event_count", "report_outlier_count",
-                 "report_top_grid_flagged_count", "report_subspace_count", "budget_epsilon_spent", "budget_epsilon_remaining",
+                 "report_flagged_count{instance=~\"$instance\"} / clamp_min(dp_monitor_report_event_count",
+                 "report_outlier_count", "report_where_excess_count", "report_subspace_count", "budget_epsilon_spent", "budget_epsilon_remaining",
                  "windows_released_total")
 OPERATOR_NEEDS = ("events_total", "dead_letters_total", "consumer_lag_messages", "release_latency_seconds_bucket",
                   "late_publications_total")

@@ -98,7 +98,7 @@ def test_the_page_is_the_private_alarm():
     assert surge["labels"]["severity"] == "critical"
     assert 'dp_monitor_alarm{job="dp-monitor"} == 1' in surge["expr"]
     runbook = surge["annotations"]["runbook"] + surge["annotations"]["description"]
-    for needed in ("private", "top grid", "counts"):
+    for needed in ("private", "where", "counts", "headline"):
         assert needed in runbook, needed
     assert _rules()["DPMonitorAlarmSuppressed"]["expr"].startswith('dp_monitor_alarm_state{job="dp-monitor", state="suppressed"} == 1')
 

@@ -74,7 +74,7 @@ class Panel:
 
     @property
     def instant(self) -> bool:
-        # top-h subspaces and the top grid are a snapshot of the last report, not a series
+        # top-h subspaces are a snapshot of the last report, not a series
         return self.kind == "bargauge"
 
 
@@ -115,22 +115,37 @@ PRIVATE_PANELS: list[Panel] = [
           overrides=[_dashed("excess that pages", "red"), _dashed("flagged count that pages", "orange")]),
     Panel("Flagged rate", "timeseries", 12, 8,
           "Share of events flagged at the alarm's threshold (alarm.contamination): in each detailed report (noisy "
-          f"flagged count / noisy event count), and the alarm's released baseline rate. {REPORT} {DP}",
-          [(f"dp_monitor_report_flagged_count{SEL} / clamp_min(dp_monitor_report_event_count{SEL}, 1)", "reported window"),
+          "flagged count / noisy event count, both projected so that 0 <= flagged <= events, and clamped to [0, 1]), and "
+          f"the alarm's released baseline rate. {REPORT} {DP}",
+          [(f"clamp(dp_monitor_report_flagged_count{SEL} / clamp_min(dp_monitor_report_event_count{SEL}, 1), 0, 1)",
+            "reported window"),
            (f"dp_monitor_baseline_flagged_rate{SEL}", "baseline")], "percentunit",
           overrides=[_dashed("baseline", "blue")]),
     Panel("Detailed report: counts", "timeseries", 12, 8,
-          f"Noisy event count, flagged count (at the alarm's threshold) and the seed's distance-based outlier count of the last "
-          f"reported window, each with its public 95 % interval (dashed: the noise's half-width, from its epsilon share; none "
-          f"for a smooth-sensitivity count). {REPORT} {DP}",
-          [(f"dp_monitor_report_event_count{SEL}", "events"), (f"dp_monitor_report_flagged_count{SEL}", "flagged"),
-           (f"dp_monitor_report_outlier_count{SEL}", "outliers"),
-           (f"dp_monitor_report_count_accuracy{SEL}", "+- 95 % {{count}}")],
-          overrides=[_dashed(f"+- 95 % {c}", "gray") for c in ("event", "flagged", "outlier")]),
-    Panel("Detailed report: top grid", "bargauge", 6, 8,
-          "The model grid (feature pair) with the most flagged events in the last reported window, picked by "
-          f"report-noisy-max, and its noisy flagged count: what drives the surge. {REPORT} {DP}",
-          [(f"dp_monitor_report_top_grid_flagged_count{SEL}", "{{grid}}")]),
+          "Flagged events of the last reported window (at the alarm's threshold) and, in the feature its 'where' named, "
+          "the flagged events beyond normal traffic, each with its public 95 % half-width (dashed). One scale: flagged "
+          f"events; the event count has its own panel. {REPORT} {DP}",
+          [(f"dp_monitor_report_flagged_count{SEL}", "flagged"),
+           (f"sum(dp_monitor_report_where_excess_count{SEL})", "beyond normal in the named feature(s)"),
+           (f"dp_monitor_report_count_accuracy{{count=~\"flagged|where\", instance=~\"$instance\"}}", "+- 95 % {{count}}")],
+          overrides=[_dashed(f"+- 95 % {c}", "gray") for c in ("flagged", "where")]),
+    Panel("Detailed report: where", "timeseries", 12, 8,
+          "Which feature each detailed report named (report.where: the feature whose flagged events rose most above what "
+          "normal traffic gives it, picked by report-noisy-max) and how many flagged events beyond normal it holds; a "
+          f"feature's line starts where a report names it. {REPORT} {DP}",
+          [(f"dp_monitor_report_where_excess_count{SEL}", "{{feature}}")]),
+    Panel("Detailed report: events", "timeseries", 12, 6,
+          f"Noisy event count of the last reported window, with its public 95 % half-width (dashed). {REPORT} {DP}",
+          [(f"dp_monitor_report_event_count{SEL}", "events"),
+           (f"dp_monitor_report_count_accuracy{{count=\"event\", instance=~\"$instance\"}}", "+- 95 % event")],
+          overrides=[_dashed("+- 95 % event", "gray")]),
+    Panel("Detailed report: outlier count (seed)", "timeseries", 12, 6,
+          "The seed's distance-based outlier count of the last reported window, on its own axis; empty unless "
+          "report.epsilon_count is set (off by default: at a report's share its 95 % interval is wider than a window). "
+          f"{REPORT} {DP}",
+          [(f"dp_monitor_report_outlier_count{SEL}", "outliers"),
+           (f"dp_monitor_report_count_accuracy{{count=\"outlier\", instance=~\"$instance\"}}", "+- 95 % outlier")],
+          overrides=[_dashed("+- 95 % outlier", "gray")]),
     Panel("Detailed report: top subspaces", "bargauge", 6, 8,
           f"Noisy outlier counts of the top-h subspaces (exponential mechanism) of the last reported window. {REPORT} {DP}",
           [(f"sort_desc(dp_monitor_report_subspace_count{SEL})", "#{{rank}} {{subspace}}")]),

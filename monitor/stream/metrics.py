@@ -53,7 +53,9 @@ class MonitorMetrics:
         # -- detailed reports (DP) ------------------------------------------------------------
         self.report_event_count = Gauge(p + "report_event_count", "Noisy event count of the last reported window (DP).", registry=r)
         self.report_flagged_count = Gauge(p + "report_flagged_count", "Noisy count of model-flagged events of the last reported window (DP).", registry=r)
-        self.report_outlier_count = Gauge(p + "report_outlier_count", "Noisy full-space outlier count of the last reported window (DP).", registry=r)
+        self.report_outlier_count = Gauge(
+            p + "report_outlier_count", "Noisy full-space outlier count of the last reported window (DP); NaN when the report "
+            "releases none (report.epsilon_count null, the default).", registry=r)
         self.report_count_accuracy = Gauge(
             p + "report_count_accuracy", "Half-width of the 95 % interval of the last report's noisy count, where its noise "
             "scale is public (a function of epsilon and the public sensitivity); absent where the scale follows the data.",
@@ -63,9 +65,9 @@ class MonitorMetrics:
             p + "report_subspace_count", "Noisy outlier count of each top-h subspace of the last reported window (DP).",
             ["rank", "subspace"], registry=r,
         )
-        self.report_grid_count = Gauge(
-            p + "report_top_grid_flagged_count", "Noisy flagged count of the model grid picked as driving the last reported window (DP).",
-            ["grid"], registry=r,
+        self.report_where_excess = Gauge(
+            p + "report_where_excess_count", "Flagged events beyond normal traffic in each feature the last report named "
+            "(report.where: report-noisy-max pick, noisy count less the calibrated normal share; DP).", ["feature"], registry=r,
         )
         self.report_window_end = Gauge(p + "report_window_end_timestamp_seconds", "Event-time end of the last reported window.", registry=r)
         self.reports = Counter(p + "reports", "Detailed reports released, by reason (alarm, schedule).", ["reason"], registry=r)
@@ -121,12 +123,15 @@ class MonitorMetrics:
         ...                    "alarm_detail": {"state": "fired", "threshold": 40.0, "baseline_rate": 0.01},
         ...                    "report": {"reason": "alarm", "event_count": {"value": 990.0},
         ...                               "flagged_count": {"value": 80.0, "accuracy": 20.0},
-        ...                               "outlier_count": {"value": 3.0, "accuracy": None}, "top_subspaces": [], "top_grid": None}})
+        ...                               "outlier_count": {"value": 3.0, "accuracy": None}, "top_subspaces": [],
+        ...                               "where": {"features": ["spo2"], "parts": [{"features": ["spo2"], "excess": {"value": 41.0, "accuracy": 30.0}}]}}})
         >>> m.registry.get_sample_value("dp_monitor_alarm"), m.registry.get_sample_value("dp_monitor_report_flagged_count")
         (1.0, 80.0)
         >>> acc = "dp_monitor_report_count_accuracy"
         >>> m.registry.get_sample_value(acc, {"count": "flagged"}), m.registry.get_sample_value(acc, {"count": "outlier"})
         (20.0, None)
+        >>> m.registry.get_sample_value("dp_monitor_report_where_excess_count", {"feature": "spo2"}), m.registry.get_sample_value(acc, {"count": "where"})
+        (41.0, 30.0)
         """
         detail = record.get("alarm_detail") or {}
         state = detail.get("state")
@@ -156,20 +161,27 @@ class MonitorMetrics:
         self.reports.labels(reason=report["reason"]).inc()
         self.report_event_count.set(report["event_count"]["value"])
         self.report_flagged_count.set(report["flagged_count"]["value"])
-        self.report_outlier_count.set(report["outlier_count"]["value"])
+        outliers = report.get("outlier_count")
+        # NaN, not 0: a report that releases no outlier count says nothing about outliers.
+        self.report_outlier_count.set(outliers["value"] if outliers else float("nan"))
         self.report_count_accuracy.clear()
         for count in ("event", "flagged", "outlier"):
-            accuracy = report[count + "_count"].get("accuracy")  # records stored before it was published lack it
+            accuracy = (report.get(count + "_count") or {}).get("accuracy")  # records stored before it was published lack it
             if accuracy is not None:
                 self.report_count_accuracy.labels(count=count).set(accuracy)
-        # An older report's subspaces and grid must not linger as if they were current.
+        # An older report's subspaces and features must not linger as if they were current.
         self.report_subspace_count.clear()
         for top in report.get("top_subspaces", []):
             self.report_subspace_count.labels(rank=str(top["rank"]), subspace="+".join(top["features"])).set(top["count"]["value"])
-        self.report_grid_count.clear()
-        grid = report.get("top_grid")
-        if grid:
-            self.report_grid_count.labels(grid=grid["grid"]).set(grid["flagged_count"]["value"])
+        self.report_where_excess.clear()
+        where = report.get("where") or {}
+        named = set(where.get("features") or [])
+        for part in where.get("parts") or []:
+            for feature in part["features"]:
+                if feature in named:
+                    self.report_where_excess.labels(feature=feature).set(part["excess"]["value"])
+            if part.get("rank", 1) == 1:
+                self.report_count_accuracy.labels(count="where").set(part["excess"]["accuracy"])
         self.report_window_end.set(window_end)
 
     def set_budget(self, ledger: str, spent: float, remaining: float, limit: float | None = None) -> None:
