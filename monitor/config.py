@@ -161,13 +161,17 @@ class AlarmSettings(_Strict):
         1.0, gt=0, description="Expected false pages per 30 days of quiet traffic: the threshold is derived from it, the "
         "statistic's normal spread at the current traffic, the sparse-vector noise and the baseline's own error (scale-free)."
     )
+    traffic_swing: float = Field(
+        0.3, ge=0, lt=1, description="Daily swing of the number of people online around the baseline's mean (public knowledge "
+        "of the fleet, e.g. 0.3 for +-30 %): the false-page rate is averaged over it, since busy windows vary more."
+    )
     threshold: float | None = Field(
-        21.0, ge=0, description="Absolute override (excess weighted events per window that page, plus z and rate_margin); "
+        None, ge=0, description="Absolute override (excess weighted events per window that page, plus z and rate_margin); "
         "null (recommended): derived from false_pages_per_30_days."
     )
-    z: float | None = Field(1.0, ge=0, description="With an absolute threshold only: extra margin in standard deviations sqrt(rate x mean events).")
+    z: float | None = Field(None, ge=0, description="With an absolute threshold only: extra margin in standard deviations sqrt(rate x mean events).")
     rate_margin: float | None = Field(
-        0.1, ge=0, description="With an absolute threshold only: extra margin as a share of the expected count (rate x mean events)."
+        None, ge=0, description="With an absolute threshold only: extra margin as a share of the expected count (rate x mean events)."
     )
 
     @model_validator(mode="after")

@@ -28,7 +28,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from monitor.alarm import AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeAlarm
+from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeAlarm
+from monitor.alarm.calibrate import baseline_problem, normal_weight_kappa, weight_units
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
@@ -77,8 +78,16 @@ class WindowReleaser:
         self.model = model
         self._noise = noise_source(rng)
         a = config.alarm
-        self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z, a.hold_windows, a.rate_margin,
-                                rng=self._noise)
+        # The alarm's two calibrated levels (public post-processing of the model): an event
+        # weighs 0 below t_lo, 1 above t_hi (where alarm.contamination of normal events
+        # lie), linearly between (issue 26); kappa = E[w^2] / E[w] of normal events.
+        self.level_hi = float(model.threshold_for(a.contamination))
+        self.level_lo = float(model.threshold_for(a.contamination_graded)) if a.contamination_graded else self.level_hi
+        self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
+                                a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
+                                window_seconds=config.window.size_seconds,
+                                kappa=normal_weight_kappa(model, self.level_lo, self.level_hi),
+                                traffic_swing=a.traffic_swing)
         self.baseline = BaselineTracker(a.epsilon_baseline_flagged, a.epsilon_baseline_events, config.window.size_seconds,
                                         a.baseline_warmup_seconds, a.baseline_refresh_seconds,
                                         flag_cap=a.baseline_flag_cap if config.stream.entity_field else None,
@@ -164,12 +173,14 @@ class WindowReleaser:
         scores = self.model.score_samples(X) if n else np.zeros(0)
         alarm_flags = scores > self.alarm_threshold
         alarm_flagged = int(np.count_nonzero(alarm_flags))
+        units = weight_units(scores, self.level_lo, self.level_hi, RESOLUTION)
+        alarm_units = int(units.sum())
         if self._audit is not None:
-            self._audit(window, {"events": n, "alarm_flagged": alarm_flagged})
+            self._audit(window, {"events": n, "alarm_flagged": alarm_flagged, "alarm_weight": alarm_units / RESOLUTION})
         charges: list[dict] = []
 
         # Baseline: accumulate, and release on its public schedule.
-        self.baseline.learn_one(window.start, window.end, alarm_flags, window.entities if self.baseline.flag_cap else ())
+        self.baseline.learn_one(window.start, window.end, units / RESOLUTION, window.entities if self.baseline.flag_cap else ())
         released_baseline = None
         if self.baseline.due(window.end):
             span_start, _ = self.baseline.span_bounds()
@@ -195,7 +206,11 @@ class WindowReleaser:
                 # windows (its own charge ends here), and a new run opens around the new rate.
                 self.ledger.end_charge(self.alarm.run, window.start)
                 self.alarm.close_run()
-            if self.baseline.estimate is not None and self.alarm.needs_run():
+            # A degenerate baseline (rate 0, too little traffic) is announced in the answer and
+            # not used: no run is opened on it (issue 26).
+            est = self.baseline.estimate
+            problem = None if est is None else baseline_problem(est.rate, est.events_per_window)
+            if est is not None and problem is None and self.alarm.needs_run():
                 cost = (a.epsilon_threshold, 0.0)
                 if self._fits(window, cost, kind="alarm_run"):
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
@@ -205,7 +220,7 @@ class WindowReleaser:
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
             can_page = self.alarm.run is not None and self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0), "alarm_page")
-            answer = self.alarm.answer_one(alarm_flagged, n, self.baseline.estimate, can_page=can_page)
+            answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem)
             if answer.state == "fired":
                 self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))

@@ -55,6 +55,7 @@ __all__ = [
     "alarm_visibility",
     "baseline_problem",
     "window_threshold",
+    "normal_weight_kappa",
     "MIN_BASELINE_EVENTS_PER_WINDOW",
 ]
 
@@ -137,12 +138,21 @@ def _normal_sd(rate: float, events: float, rate_error: float, kappa: float) -> f
     return math.sqrt(n * min(max(rate, 0.0), 1.0) * kappa + (rate_error * n) ** 2)
 
 
+# Phases of the daily traffic profile the false-page rate is averaged over.
+_PHASES = np.sin(2 * np.pi * (np.arange(16) + 0.5) / 16)
+
+
 def false_pages_per_30_days(threshold: float, *, rate: float, events: float, rate_error: float, epsilon_threshold: float,
-                            epsilon_page: float, window_seconds: float, kappa: float = 1.0) -> float:
+                            epsilon_page: float, window_seconds: float, kappa: float = 1.0, swing: float = 0.0) -> float:
     """Expected false pages per 30 days (quiet traffic) of a threshold of ``threshold``
-    excess events, at ``events`` per window and a normal weight share ``rate``."""
-    sd = _normal_sd(rate, events, rate_error, kappa)
-    per_window = _tail(round(float(threshold), 6), round(sd, 6), 1.0 / epsilon_page, 1.0 / epsilon_threshold)
+    excess events, at a mean of ``events`` per window swinging by +-``swing`` over the day
+    (the spread grows with the traffic: the peak windows make most false pages) and a
+    normal weight share ``rate``."""
+    per_window = 0.0
+    for phase in (_PHASES if swing > 0 else (0.0,)):
+        sd = _normal_sd(rate, events * (1.0 + swing * phase), rate_error, kappa)
+        per_window += _tail(round(float(threshold), 6), round(sd, 6), 1.0 / epsilon_page, 1.0 / epsilon_threshold)
+    per_window /= len(_PHASES) if swing > 0 else 1
     return per_window * SECONDS_30_DAYS / window_seconds
 
 
@@ -150,13 +160,14 @@ _expected_false_pages = false_pages_per_30_days
 
 
 def false_page_threshold(*, rate: float, events: float, rate_error: float, epsilon_threshold: float, epsilon_page: float,
-                         false_pages_per_30_days: float, window_seconds: float, kappa: float = 1.0) -> float:
+                         false_pages_per_30_days: float, window_seconds: float, kappa: float = 1.0,
+                         swing: float = 0.0) -> float:
     """The smallest threshold (excess events per window) whose expected false pages per 30
     days stay within ``false_pages_per_30_days`` (see the module docstring). Public."""
     if not false_pages_per_30_days > 0:
         raise ValueError(f"false_pages_per_30_days must be positive, got {false_pages_per_30_days!r}")
     kw = dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=epsilon_threshold,
-              epsilon_page=epsilon_page, window_seconds=window_seconds, kappa=kappa)
+              epsilon_page=epsilon_page, window_seconds=window_seconds, kappa=kappa, swing=swing)
     lo, hi = 0.0, 1.0
     while _expected_false_pages(hi, **kw) > false_pages_per_30_days:
         lo, hi = hi, hi * 2.0
@@ -228,7 +239,7 @@ def alarm_visibility(settings, window_seconds: float, rate: float, events_per_wi
                        epsilon_threshold=settings.epsilon_threshold, kappa=kappa)
     fp = false_pages_per_30_days(thr, rate=rate, events=events_per_window, rate_error=rate_error,
                                  epsilon_threshold=settings.epsilon_threshold, epsilon_page=settings.epsilon_page,
-                                 window_seconds=window_seconds, kappa=kappa)
+                                 window_seconds=window_seconds, kappa=kappa, swing=settings.traffic_swing)
     return AlarmVisibility(events_per_window, rate, thr, share, fp)
 
 
@@ -243,7 +254,32 @@ def window_threshold(settings, window_seconds: float, rate: float, events_per_wi
     return false_page_threshold(rate=rate, events=events_per_window, rate_error=rate_error,
                                 epsilon_threshold=settings.epsilon_threshold, epsilon_page=settings.epsilon_page,
                                 false_pages_per_30_days=settings.false_pages_per_30_days,
-                                window_seconds=window_seconds, kappa=kappa)
+                                window_seconds=window_seconds, kappa=kappa, swing=settings.traffic_swing)
+
+
+KAPPA_FLOOR = 0.25  # a noisy calibration must not shrink the normal spread below a quarter of the flag bound
+
+
+def normal_weight_kappa(model, t_lo: float, t_hi: float) -> float:
+    """kappa = E[w^2] / E[w] of normal events' graded weights, from the model's calibrated
+    share of normal scores above each level (``model.normal_share_above``: public
+    post-processing of the fit). 1 (the bound w^2 <= w, exact for a plain flag) where the
+    model has no calibration; never below KAPPA_FLOOR.
+
+    E[w] = int_0^1 S(t_lo + u (t_hi - t_lo)) du and E[w^2] = int_0^1 2u S(...) du, with S
+    the share of normal scores above a level.
+    """
+    if not t_hi > t_lo:
+        return 1.0
+    u = (np.arange(128) + 0.5) / 128
+    try:
+        share = np.asarray(model.normal_share_above(t_lo + u * (t_hi - t_lo)), dtype=float)
+    except (AttributeError, ValueError):
+        return 1.0
+    mean = float(share.mean())
+    if not mean > 0:
+        return 1.0
+    return float(min(1.0, max(KAPPA_FLOOR, float((2 * u * share).mean()) / mean)))
 
 
 def baseline_problem(rate: float, events_per_window: float) -> str | None:

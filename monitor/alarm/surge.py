@@ -1,21 +1,25 @@
 """The continual private surge alarm (DESIGN 7): one yes/no answer per window.
 
-Statistic of window i: a_i = f_i - tau n_i, with f_i the events the model flags at the
-alarm's own (strict) score threshold, n_i the events, and tau the released baseline
-rate (``monitor.alarm.baseline``). With one event per privacy unit per window, one unit
+Statistic of window i: a_i = f_i - tau n_i, with f_i the sum of the events' weights
+(graded, ``monitor.alarm.calibrate.weight_units``: each in [0, 1]; a plain flag is 0 or
+1), n_i the events, and tau the released baseline rate, the normal mean weight
+(``monitor.alarm.baseline``). With one event per privacy unit per window, one unit
 moves every a_i by an amount in [-tau, 1 - tau]: an interval of width 1. Traffic swings
 cancel out in a_i, so n_i is never released.
 
-The answer "is a_i above T_i?" comes from AboveThreshold runs (``AboveThreshold``),
-with T_i = threshold + z sqrt(tau n_bar) + rate_margin tau n_bar, n_bar the released mean events per window:
-public numbers only. A run's threshold is paid when it opens, each page when it is
+The answer "is a_i above T_i?" comes from AboveThreshold runs (``AboveThreshold``). T_i
+is derived from a stated false-page rate (``false_pages_per_30_days``: the statistic's
+normal spread at the released traffic n_bar, the baseline's own ``rate_error`` and this
+alarm's noise, ``monitor.alarm.calibrate``), or, with an absolute ``threshold``,
+threshold + z sqrt(tau n_bar) + rate_margin tau n_bar: public numbers only either way. A run's threshold is paid when it opens, each page when it is
 given; quiet windows are free. A positive answer pages; the alarm then holds for
 ``hold_windows`` windows (answered "alarm" without a query, so a surge pages once and
 pays once) and resumes with the same run. The caller decides how long a run lasts (the
 releaser: a quiet run goes on, one that has paged ends at its calendar boundary).
 
-Exactness: tau is rounded to a multiple of 1 / RESOLUTION (post-processing), so
-RESOLUTION a_i = RESOLUTION f_i - m n_i is an integer, and so is every comparison.
+Exactness: tau is rounded to a multiple of 1 / RESOLUTION (post-processing) and each
+weight is an integer number of 1 / RESOLUTION, so RESOLUTION a_i = U_i - m n_i (U_i the
+window's weight units) is an integer, and so is every comparison.
 
 One tau band per run. The AboveThreshold argument couples every window a run answers,
 so the interval [-tau, 1 - tau] by which a person moves a_i must stay put for the whole
@@ -50,6 +54,7 @@ from typing import Literal
 
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate
+from monitor.alarm.calibrate import false_page_threshold
 
 __all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "TAU_BAND", "AlarmState"]
 
@@ -81,6 +86,7 @@ class AlarmAnswer:
     baseline_rate: float | None
     delta: float = 0.0
     mechanism: str = "above_threshold"
+    problem: str | None = None  # why the released baseline is not used (warming_up): announced, never silent
 
     @property
     def alarm(self) -> bool:
@@ -99,7 +105,8 @@ class SurgeAlarm:
         A run's privacy (see ``AboveThreshold``): its threshold costs epsilon_threshold,
         each page epsilon_page.
     threshold:
-        Excess flagged events per window (above tau n) that count as a surge.
+        Excess (weighted) events per window (above tau n) that count as a surge; None:
+        derived from ``false_pages_per_30_days`` (``monitor.alarm.calibrate``).
     z:
         Extra margin in standard deviations of the natural (binomial) variation of the
         flagged count, sqrt(tau n_bar): large windows fluctuate more.
@@ -108,14 +115,28 @@ class SurgeAlarm:
         moves within a day (who is online) more than a daily baseline follows.
     hold_windows:
         Windows answered "alarm" after a positive, with no query and no cost.
+    false_pages_per_30_days, window_seconds:
+        With ``threshold`` None: the expected false pages per 30 days of quiet traffic the
+        derived threshold allows, and the window length that turns it into a per-window rate.
+    traffic_swing:
+        Daily swing of the traffic around the baseline's mean (public): the false-page rate
+        is averaged over it.
+    kappa:
+        E[w^2] / E[w] of normal events' weights (public, from the model's calibration;
+        1 is the safe bound, exact for plain flags): scales the normal spread.
     rng:
         None in production (OpenDP); a seed for tests.
     """
 
-    def __init__(self, epsilon_threshold: float, epsilon_page: float, threshold: float, z: float = 3.0,
-                 hold_windows: int = 3, rate_margin: float = 0.0, rng=None) -> None:
-        if not (math.isfinite(threshold) and threshold >= 0):
-            raise ValueError(f"threshold must be a non-negative number, got {threshold!r}")
+    def __init__(self, epsilon_threshold: float, epsilon_page: float, threshold: float | None, z: float = 3.0,
+                 hold_windows: int = 3, rate_margin: float = 0.0, rng=None, false_pages_per_30_days: float = 1.0,
+                 window_seconds: float = 300.0, kappa: float = 1.0, traffic_swing: float = 0.0) -> None:
+        if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
+            raise ValueError(f"threshold must be a non-negative number or None, got {threshold!r}")
+        if not (math.isfinite(false_pages_per_30_days) and false_pages_per_30_days > 0):
+            raise ValueError(f"false_pages_per_30_days must be a positive number, got {false_pages_per_30_days!r}")
+        if not (math.isfinite(kappa) and 0 < kappa <= 1):
+            raise ValueError(f"kappa must be in (0, 1], got {kappa!r}")
         if not (math.isfinite(z) and z >= 0):
             raise ValueError(f"z must be a non-negative number, got {z!r}")
         if not (math.isfinite(rate_margin) and rate_margin >= 0):
@@ -123,7 +144,11 @@ class SurgeAlarm:
         if int(hold_windows) != hold_windows or hold_windows < 0:
             raise ValueError(f"hold_windows must be a non-negative integer, got {hold_windows!r}")
         self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION, drift=_BAND_UNITS, rng=rng)
-        self.threshold = float(threshold)
+        self.threshold = None if threshold is None else float(threshold)
+        self.false_pages_per_30_days = float(false_pages_per_30_days)
+        self.window_seconds = float(window_seconds)
+        self.kappa = float(kappa)
+        self.traffic_swing = float(traffic_swing)
         self.z = float(z)
         self.rate_margin = float(rate_margin)
         self.hold_windows = int(hold_windows)
@@ -177,20 +202,35 @@ class SurgeAlarm:
     def window_threshold(self, baseline: BaselineEstimate) -> float:
         """T_i in events: public, from the config and the released baseline only."""
         expected = max(0.0, baseline.rate * baseline.events_per_window)
-        return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
+        if self.threshold is not None:
+            return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
+        # This alarm's own noise scales, in events (the pages' noise is widened by the tau band).
+        return false_page_threshold(
+            rate=baseline.rate, events=baseline.events_per_window, rate_error=baseline.rate_error,
+            epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
+            false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds, kappa=self.kappa,
+            swing=self.traffic_swing)
 
     def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True) -> AlarmAnswer:
-        """Answer one window, in window order. ``can_page``: the budget could pay for a
-        page (a public fact); without it no query is asked."""
-        if baseline is None:
-            return AlarmAnswer("warming_up", None, 0.0, None, None)
+        """Answer one window, in window order, from its count of flagged events (weight 1
+        each). ``can_page``: the budget could pay for a page (a public fact); without it no
+        query is asked."""
+        return self.answer_units(RESOLUTION * int(flagged), events, baseline, can_page)
+
+    def answer_units(self, units: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True,
+                     problem: str | None = None) -> AlarmAnswer:
+        """Answer one window from its weight units (the sum over its events of integers in
+        [0, RESOLUTION]: ``calibrate.weight_units``). ``problem``: the caller found the
+        baseline unusable (``calibrate.baseline_problem``): no query, and the answer says why."""
+        if baseline is None or problem is not None:
+            return AlarmAnswer("warming_up", None, 0.0, None, None, problem=problem)
         threshold = self.window_threshold(baseline)
         if self.holding:
             self._hold_left -= 1
             return AlarmAnswer("held", self.run, self.svt.epsilon_spent, threshold, baseline.rate)
         if not self.svt.active or not can_page:
             return AlarmAnswer("suppressed", self.run, self.svt.epsilon_spent if self.svt.active else 0.0, threshold, baseline.rate)
-        statistic = RESOLUTION * int(flagged) - self.run_rate_units(baseline) * int(events)
+        statistic = int(units) - self.run_rate_units(baseline) * int(events)
         fired = self.svt.test_one(statistic, math.ceil(threshold * RESOLUTION))
         if fired:
             self._hold_left = self.hold_windows
