@@ -1,0 +1,102 @@
+"""Stage 1 bounds each person's work before the costly steps (issue 25, item 4).
+
+No broker: ``Stage1._parse_values`` and ``WindowStore.select`` on their own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+
+from monitor.stream.events import EventSchema, InvalidEvent
+from monitor.stream.stage1 import _BISECT_LEAF, Stage1
+from monitor.stream.windows import ACCEPTED, DUPLICATE_ENTITY, LATE, WindowStore
+
+
+class _Rec(SimpleNamespace):
+    pass
+
+
+def _values(n: int, bad_at: set[int], iso_at: set[int] = frozenset()) -> list[bytes]:
+    out = []
+    for i in range(n):
+        if i in bad_at:
+            out.append(b'{"hr": 1,' if i % 2 else b'{"hr": "x", "spo2": 96, "ts": 5, "who": "a"}')
+        elif i in iso_at:  # valid, but only for the per-message path
+            out.append(json.dumps({"hr": 70.0 + i, "spo2": 96.0, "ts": "2026-01-01T00:00:05Z", "who": f"p{i}",
+                                   "id": f"e{i}"}).encode())
+        else:
+            out.append(json.dumps({"hr": 70.0 + i, "spo2": 96.0, "ts": 5.0 + i, "who": f"p{i}", "id": f"e{i}"}).encode())
+    return out
+
+
+def _stage(schema: EventSchema) -> Stage1:
+    stage = Stage1.__new__(Stage1)  # only the parser: no consumer, no producers
+    stage.service = SimpleNamespace(schema=schema)
+    return stage
+
+
+def test_a_malformed_message_costs_a_few_batch_decodes_not_a_per_message_pass():
+    schema = EventSchema(["hr", "spo2"], timestamp_field="ts", entity_field="who")
+    calls = Counter()
+    parse, parse_batch = schema.parse, schema.parse_batch
+
+    def counted_parse(value):
+        calls["parse"] += 1
+        return parse(value)
+
+    def counted_batch(values):
+        calls["batch"] += 1
+        calls["batch_messages"] += len(values)
+        return parse_batch(values)
+
+    schema.parse, schema.parse_batch = counted_parse, counted_batch
+    n, bad_at, iso_at = 5000, {17, 2500, 4999}, {300}
+    vals = _values(n, bad_at, iso_at)
+    records = [_Rec(value=v, offset=i, partition=0, topic="t", key=None) for i, v in enumerate(vals)]
+    dead: Counter = Counter()
+    keep, bad, X, ts, entities, ids = _stage(schema)._parse_values(records, vals, dead)
+
+    # The same answer as validating every message on its own.
+    expect_keep, expect_ids, expect_reasons = [], [], []
+    for i, v in enumerate(vals):
+        try:
+            ev = parse(v)
+        except InvalidEvent as err:
+            expect_reasons.append((i, err.reason))
+            continue
+        expect_keep.append(i)
+        expect_ids.append(ev.event_id)
+    assert keep.tolist() == expect_keep and ids == expect_ids
+    assert [(r.offset, err.reason) for r, err in bad] == expect_reasons
+    assert X.shape == (n - len(bad_at), 2) and X[:, 0].tolist() == [70.0 + i for i in expect_keep]
+    assert entities == [f"p{i}" for i in expect_keep] and len(ts) == len(expect_keep)
+    assert sum(dead.values()) == len(bad_at)
+    # Bounded work: the per-message validator sees only the leaves around the refused
+    # messages, and the batch decoder a few passes over the poll (bisection), not n calls.
+    assert calls["parse"] <= (len(bad_at) + len(iso_at)) * _BISECT_LEAF
+    # Each refused message costs at most one halving path: n / 2 + n / 4 + ... < n messages.
+    assert calls["batch_messages"] <= n * (len(bad_at) + len(iso_at))
+    assert calls["batch"] < 200
+
+
+def test_duplicates_and_records_created_after_the_close_are_dropped_before_scoring():
+    store = WindowStore(size=10, allowed_lateness=2, first_start=0)
+    ts = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 15.0])
+    created = np.array([1.0, 2.0, 3.0, 12.5, 11.9, 15.0])  # the 4th record: created after window 0's close (12)
+    entities = ["flood", "flood", "a", "b", "flood", "flood"]
+    sel = store.select(ts, entities=entities, created=created)
+    assert sel.counts == {LATE: 1, ACCEPTED: 3, DUPLICATE_ENTITY: 2}
+    assert sel.keep.tolist() == [0, 2, 5] and sel.windows == [(0, 2), (1, 1)]
+    # Only the kept events reach the model, then the store.
+    X = np.arange(6.0).reshape(6, 1)[sel.keep]
+    store.insert(sel, X, np.zeros(3, bool), event_ids=["e0", "e2", "e5"], entities=["flood", "a", "flood"],
+                 offsets=np.array([0, 2, 5]))
+    first = next(store.close_due(12.0))
+    assert first.event_ids == ("e0", "e2") and first.X.ravel().tolist() == [0.0, 2.0]
+    # Late by its record's creation time however early it is read: the window is still open here.
+    assert store.add_one(16.0, (0.0,), False, event_id="x", entity="c", created=22.0) == LATE
+    assert store.add_one(16.0, (0.0,), False, event_id="y", entity="c", created=21.9) == ACCEPTED
