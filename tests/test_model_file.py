@@ -33,7 +33,7 @@ def test_round_trip_gives_identical_scores_and_records_the_guarantee(model):
     np.testing.assert_array_equal(m.score_samples(Y), m2.score_samples(Y))
     np.testing.assert_array_equal(m.predict(Y), m2.predict(Y))
     doc = json.loads(path.read_text())
-    assert doc["version"] == 3 and doc["private"]["privacy"]["epsilon"] == 1.0
+    assert doc["version"] == 4 and doc["private"]["privacy"]["epsilon"] == 1.0
     assert doc["private"]["size"] == {"value": m.n_estimate_, "epsilon": 0.05, "mechanism": "laplace_global"}
     assert m2.n_estimate_ == m.n_estimate_ and m2.size_epsilon_ == 0.05
     assert doc["private"]["privacy"]["delta"] == 0.0

@@ -30,7 +30,7 @@ def test_layout_is_a_function_of_public_settings_and_the_noisy_size_only(d, eps)
     assert (a.k_, a.max_depth_) == (b.k_, b.max_depth_)
     c = _fit(np.random.default_rng(4).uniform(0, 1, (3000, d)), eps, 5)
     for m in (a, c):
-        lay = default_layout(d, eps * (1 - SIZE_SHARE), m.n_estimate_)
+        lay = default_layout(d, eps * (1 - SIZE_SHARE), m.grid_rows_estimate_)  # the grids get the rows not held apart
         assert (m.groups_, m.grid_bins_, m.k_, m.max_depth_) == (lay.groups, lay.bins, lay.k, lay.depth)
         assert [g.features for g in m.grids_] == list(m.groups_)
 
@@ -86,7 +86,7 @@ def test_small_budget_or_small_size_gives_few_coarse_grids_that_all_keep_cells()
     # Every grid's average cell count is at least one noise scale: none is left empty.
     X = np.random.default_rng(5).normal(0.5, 0.1, (3000, 166))
     m = _fit(X, 0.1, 6)
-    assert len(m.grids_) * 27 <= max(m.n_estimate_, 1) * 0.095 or len(m.grids_) == 3
+    assert len(m.grids_) * 27 <= max(m.grid_rows_estimate_, 1) * 0.095 or len(m.grids_) == 3
     assert all(g.keys.size > 0 for g in m.grids_)
     s = m.score_samples(np.vstack([np.full(166, 0.5), np.full(166, 0.98)]))
     assert s[0] < s[1]
@@ -125,7 +125,9 @@ def test_model_file_holds_no_raw_count(tmp_path):
     m = _fit(X, 1.0, 10, contamination=0.05)
     m.save(tmp_path / "m.json")
     doc = json.loads((tmp_path / "m.json").read_text())
-    values = np.concatenate([g["values"] for g in doc["private"]["grids"]] + [[doc["private"]["size"]["value"]]])
+    cal = doc["private"]["calibration"]  # the held-apart rows' score histograms: noisy too
+    values = np.concatenate([g["values"] for g in doc["private"]["grids"]] + [[doc["private"]["size"]["value"]]]
+                            + [h["values"] for h in [cal["score"], *cal["grids"]]])
     assert values.size > 0 and not np.any(np.isclose(values, np.round(values), rtol=0.0, atol=1e-9))
     assert set(doc["private"]["grids"][0]) == {"features", "bins", "epsilon", "keys", "values"}
     assert "count" not in json.dumps(doc).lower()

@@ -16,8 +16,8 @@ Layout (format version 4)::
                             "values": [...]}, ...],
                  "calibration": null or {"share": ..., "seed": ..., "epsilon": ...,
                      "mechanism": "laplace_histogram", "unit": ...,
-                     "score": {"edges": [...], "counts": [...], "epsilon": ...},
-                     "grids": [{"edges": [...], "counts": [...], "epsilon": ...}, ...]}},
+                     "score": {"edges": [...], "values": [...], "epsilon": ...},
+                     "grids": [{"edges": [...], "values": [...], "epsilon": ...}, ...]}},
      "scoring": {"k": ..., "max_depth": ..., "weighted": ..., "threshold": float or null,
                  "contamination": float or null}}
 

@@ -18,7 +18,9 @@ import numpy as np
 from monitor.dp import noise_source
 from monitor.features import check_bounds, scale_to_unit
 from monitor.model._defaults import SIZE_SHARE, default_layout
+from monitor.model._format import check_features, read_model, save_model
 from monitor.model._grid import NoisyGrid, cell_threshold
+from monitor.model.calibration import Calibration, ScoreHistogram, public_edges, split_rows
 
 __all__ = ["GridKNN"]
 
@@ -28,6 +30,14 @@ _SYNTHETIC_SEED = 0
 # Expected number of empty cells kept per grid by the threshold (DESIGN 2.3).
 _FALSE_CELLS_DENSE = 0.5  # of the grid: theta = 0 for dense grids, keep every positive noisy value
 _FALSE_CELLS_MAX = 1000.0
+# Calibration (issue 27, docs/model.md "Calibrated flags"). Share of the reference rows held
+# apart from the grids, chosen on the shared sets (bench/bench_calibration.py): more rows
+# make rarer rates calibratable, fewer grid rows cost AUROC.
+CALIBRATION_SHARE = 0.25
+SPLIT_SEED = 0  # public seed of the row split
+# Share of the held-apart part's epsilon for the histogram of the model's score (what
+# ``predict`` and the alarm use); the rest is split equally over the per-grid histograms.
+SCORE_HISTOGRAM_SHARE = 0.75
 
 
 class GridKNN:
@@ -47,9 +57,15 @@ class GridKNN:
     weighted:
         Weighted kNN score (mass-weighted mean radius) instead of the basic one.
     contamination, threshold:
-        ``predict`` flags score > threshold; if ``threshold`` is None it is the
-        (1 - contamination) quantile of the scores of points drawn from the model's own
-        noisy mass. Both are post-processing: ``set_threshold`` changes them after fit.
+        ``predict`` flags score > threshold; if ``threshold`` is None it is the calibrated
+        (1 - contamination) quantile of the scores of reference rows held apart from the
+        grids (``calibration_share``), so about ``contamination`` of the user's normal data
+        is flagged. Both are post-processing: ``set_threshold`` changes them after fit.
+    calibration_share:
+        Share of the reference rows held apart from the grids to calibrate rates (split by
+        a hash with a public seed; parallel composition, no extra epsilon). 0 = no
+        calibration: rates are then quantiles of the model's own noisy mass (uncalibrated,
+        the behaviour of model files before version 4).
     random_state:
         None = production noise (OpenDP); an int or Generator = reproducible (tests).
     feature_names:
@@ -63,7 +79,8 @@ class GridKNN:
                  bounds: "Sequence[Sequence[float]] | np.ndarray | None" = None, max_depth: int | None = None,
                  weighted: bool = False, contamination: float | None = None, threshold: float | None = None,
                  random_state=None, feature_names: Sequence[str] | None = None, group_size: int | None = None,
-                 n_grids: int | None = None, marginals: int | None = None):
+                 n_grids: int | None = None, marginals: int | None = None,
+                 calibration_share: float = CALIBRATION_SHARE):
         self.bins = bins
         self.k = k
         self.epsilon = epsilon
@@ -77,6 +94,7 @@ class GridKNN:
         self.group_size = group_size
         self.n_grids = n_grids
         self.marginals = marginals
+        self.calibration_share = calibration_share
 
     # -- fitting --------------------------------------------------------------------------
     def _validate(self) -> None:
@@ -93,6 +111,9 @@ class GridKNN:
         if self.k is not None and not self.k > 0:
             raise ValueError(f"k must be positive or None, got {self.k!r}")
         _check_postprocessing(self.contamination, self.threshold)
+        cs = self.calibration_share
+        if not (isinstance(cs, (int, float)) and 0 <= cs <= 0.9):
+            raise ValueError(f"calibration_share must be a number in [0, 0.9], got {cs!r}")
         names = self.feature_names
         if names is None:
             names = [f"x{i}" for i in range(d)]
@@ -113,31 +134,77 @@ class GridKNN:
         Guarantee: pure epsilon-DP for the reference data (add/remove one record). The
         features are scaled with the public ``bounds`` only. First the number of records
         is released with Laplace(1 / epsilon_size) noise, epsilon_size = SIZE_SHARE *
-        epsilon (a count: sensitivity 1). The layout is a function of that release and of
-        public settings (d, epsilon, the public seed): post-processing. Each of the G
-        grids is then (epsilon - epsilon_size)/G-DP (Laplace noise on every cell,
-        NoisyGrid.fit); everything composes sequentially (basic composition) to epsilon.
-        Everything after (threshold, scores, the model file) is post-processing.
+        epsilon (a count: sensitivity 1). The rows are then split into two disjoint parts
+        by ``calibration.split_rows`` (a hash of each row with a public seed, so one
+        record's presence moves no other record): the grids' part and the held-apart part
+        (``calibration_share`` of the rows).
+        - Grids' part: the layout is a function of the size release and of public
+          settings (post-processing); each of the G grids is (epsilon - epsilon_size)/G-DP
+          (Laplace noise on every cell, NoisyGrid.fit): epsilon in all with the size.
+        - Held-apart part: the model's scores of its rows (the score function depends only
+          on the grids, i.e. on the OTHER part) go into noisy histograms over public bins
+          (``ScoreHistogram.release``, sensitivity 1 each): SCORE_HISTOGRAM_SHARE of
+          (epsilon - epsilon_size) for the model's score, the rest split over one
+          histogram per grid: epsilon in all with the size.
+        A record is in one part only, so the fit is epsilon-DP (parallel composition of
+        the two parts after the shared size release). Everything after (thresholds,
+        shares, scores, the model file) is post-processing.
         """
         self._validate()
         U = scale_to_unit(X, self.bounds_)
         noise = noise_source(self.random_state)
         self.size_epsilon_ = SIZE_SHARE * float(self.epsilon)
         self.n_estimate_ = float(noise.laplace(1.0 / self.size_epsilon_, center=float(U.shape[0])))
+        share = float(self.calibration_share)
+        held = split_rows(U, share, SPLIT_SEED)
+        self.calibration_share_ = share
         eps_grids = float(self.epsilon) - self.size_epsilon_
-        self._set_layout(self.n_estimate_, eps_grids)
+        self._set_layout(self.n_estimate_ * (1.0 - share), eps_grids)
         eps_grid = eps_grids / len(self.groups_)
+        G = U[~held]
         self.grids_ = []
         for g, bins in zip(self.groups_, self.grid_bins_):
             n_cells = bins ** len(g)
             false_cells = min(_FALSE_CELLS_MAX, max(_FALSE_CELLS_DENSE * n_cells, 0.5)) if n_cells > 1 else 0.5
             theta = cell_threshold(n_cells, eps_grid, false_cells)
-            self.grids_.append(NoisyGrid.fit(U, g, bins, eps_grid, theta, noise))
+            self.grids_.append(NoisyGrid.fit(G, g, bins, eps_grid, theta, noise))
         self.grid_epsilons_ = [eps_grid] * len(self.grids_)
-        self.epsilon_spent_ = float(self.epsilon)
         self.n_features_in_ = U.shape[1]
+        self.calibration_ = self._calibrate(U[held], share, eps_grids, noise) if share > 0 else None
+        self.epsilon_spent_ = float(self.epsilon)
         self.set_threshold(self.threshold, self.contamination)
         return self
+
+    def _calibrate(self, H: np.ndarray, share: float, epsilon: float, noise) -> Calibration:
+        """The held-apart rows' score histograms (see ``fit`` for the guarantee). The bins
+        come from public things only: the score's range and a synthetic sample drawn from
+        the released grids with the public seed (``calibration.public_edges``)."""
+        scores = self._grid_scores_unit(H)
+        synthetic = self._grid_scores_unit(self._synthetic(np.random.default_rng(_SYNTHETIC_SEED)))
+        top = self._score_max()
+        G = len(self.grids_)
+        eps_score = epsilon * (SCORE_HISTOGRAM_SHARE if G > 1 else 1.0)
+        main = ScoreHistogram.release(scores.mean(axis=1), public_edges(top, synthetic.mean(axis=1)), eps_score, noise)
+        per_grid = [] if G == 1 else [
+            ScoreHistogram.release(scores[:, i], public_edges(top, synthetic[:, i]), (epsilon - eps_score) / G, noise)
+            for i in range(G)]
+        return Calibration(share=share, seed=SPLIT_SEED, score=main, grids=per_grid)
+
+    def _score_max(self) -> float:
+        """Public top of the score bins, in cells: the search radius (depth + 1/2 + half the
+        cell diagonal of the widest grid) plus one cell for missing mass is the largest score
+        ``NoisyGrid.score`` can return; the last bin is open above it."""
+        p = max(len(g) for g in self.groups_)
+        return float(self.max_depth_ + 1.5 + 0.5 * math.sqrt(p))
+
+    @property
+    def grid_rows_estimate_(self) -> float | None:
+        """The noisy number of records the grids were fitted on: the noisy size times the
+        share not held apart (post-processing; None if the size is unknown)."""
+        n = getattr(self, "n_estimate_", None)
+        if n is None:
+            return None
+        return n * (1.0 - getattr(self, "calibration_share_", 0.0))
 
     @property
     def cell_signal_(self) -> float | None:
@@ -154,7 +221,7 @@ class GridKNN:
         True
         """
         self._check_fitted()
-        n = getattr(self, "n_estimate_", None)
+        n = self.grid_rows_estimate_
         if n is None:
             return None
         return min(max(n, 0.0) * eps / g.n_cells for g, eps in zip(self.grids_, self.grid_epsilons_))
@@ -178,11 +245,14 @@ class GridKNN:
         return self
 
     def threshold_for(self, contamination: float, rng: "int | np.random.Generator" = _SYNTHETIC_SEED) -> float:
-        """Score threshold that flags a share ``contamination`` of the model's own noisy mass.
+        """Score threshold that flags a share ``contamination`` of the user's normal data.
 
-        The (1 - contamination) quantile of the scores of points drawn from the noisy
-        grids: post-processing of the private model, free. ``rng`` only drives that
-        public sampling (the fixed default seed makes the threshold reproducible).
+        Calibrated (models fitted with ``calibration_share`` > 0): the (1 - contamination)
+        quantile of the released score histogram of the held-apart reference rows,
+        ``normal_share_above``'s inverse. Post-processing, free, microseconds: the alarm
+        may ask for any rate. Uncalibrated (older model files): the quantile of points
+        drawn from the model's own noisy mass, which is NOT the share of real normal data
+        (issue 27); ``rng`` only drives that public sampling.
 
         >>> X = np.random.default_rng(0).normal(50, 15, size=(2000, 2))
         >>> m = GridKNN(epsilon=1.0, bounds=[(0, 100), (0, 100)], contamination=0.05, random_state=0).fit(X)
@@ -192,7 +262,29 @@ class GridKNN:
         if not 0 < contamination < 1:
             raise ValueError(f"contamination must be in (0, 1), got {contamination!r}")
         self._check_fitted()
+        if self.calibration_ is not None:
+            return self.calibration_.score.threshold_for(contamination)
         return float(np.quantile(self._score_unit(self._synthetic(np.random.default_rng(rng))), 1.0 - contamination))
+
+    def normal_share_above(self, t) -> "float | np.ndarray":
+        """Calibrated share of normal data scoring above t (scalar or array): the released
+        histogram of the held-apart rows' scores, interpolated. Post-processing, free.
+
+        Raises ValueError for an uncalibrated model (fitted with calibration_share=0, or a
+        model file older than version 4: refit it).
+        """
+        self._check_fitted()
+        if self.calibration_ is None:
+            raise ValueError("this model has no calibration (calibration_share=0 or a model file before version 4): "
+                             "refit it with `monitor fit` to get calibrated rates")
+        return self.calibration_.score.share_above(t)
+
+    def rate_accuracy(self, contamination: float):
+        """The calibrated threshold of a rate and its accuracy (``calibration.RateAccuracy``:
+        held-apart rows, rank accuracy, whether the part is large enough); None when the
+        model is uncalibrated. Post-processing, free."""
+        self._check_fitted()
+        return None if self.calibration_ is None else self.calibration_.accuracy(contamination)
 
     def grid_scores(self, Y) -> np.ndarray:
         """Each grid's own score of RAW events Y: shape (n, number of grids). Post-processing, free."""
@@ -200,15 +292,24 @@ class GridKNN:
         return self._grid_scores_unit(scale_to_unit(Y, self.bounds_))
 
     def grid_thresholds(self, contamination: float, rng: "int | np.random.Generator" = _SYNTHETIC_SEED) -> np.ndarray:
-        """Per grid, the score threshold flagging ``contamination`` of that grid's own noisy
-        mass (above its noise floor): each grid scores only its features, so it is
-        calibrated on points drawn from its own histogram alone. Post-processing, free."""
+        """Per grid, the score threshold flagging ``contamination`` of normal data by that
+        grid's own score (each grid scores only its features).
+
+        Calibrated: from each grid's released histogram of the held-apart rows (a one-grid
+        model uses the model's score histogram). Uncalibrated (older files): from points
+        drawn from the grid's own noisy mass above its noise floor. Post-processing, free."""
         self._check_fitted()
+        if not 0 < contamination < 1:
+            raise ValueError(f"contamination must be in (0, 1), got {contamination!r}")
+        cal = self.calibration_
+        if cal is not None:
+            hists = cal.grids or [cal.score]
+            return np.array([h.threshold_for(contamination) for h in hists])
         gen = np.random.default_rng(rng)
         out = np.empty(len(self.grids_))
         for i, (grid, eps) in enumerate(zip(self.grids_, self.grid_epsilons_)):
             U = gen.random((_N_SYNTHETIC, self.n_features_in_))
-            w = _above_noise_floor(grid, eps, getattr(self, "n_estimate_", None))
+            w = _above_noise_floor(grid, eps, self.grid_rows_estimate_)
             if w.sum() > 0:
                 pick = gen.choice(w.size, size=_N_SYNTHETIC, p=w / w.sum())
                 coords = (grid.keys[pick, None] // grid._strides[None, :]) % grid.bins
@@ -256,7 +357,7 @@ class GridKNN:
             if not unset.any():
                 continue
             res[np.array(fs)[unset]] = grid.bins
-            w = _above_noise_floor(grid, eps, getattr(self, "n_estimate_", None))
+            w = _above_noise_floor(grid, eps, self.grid_rows_estimate_)
             if w.sum() <= 0:
                 w = np.clip(grid.values, 0.0, None)
             if w.sum() <= 0:
@@ -332,23 +433,16 @@ class GridKNN:
     # -- persistence ----------------------------------------------------------------------
     def save(self, path) -> None:
         """Write the model file (versioned, checksummed JSON; no raw count)."""
-        from monitor.model.file import save_model
-
         save_model(self, path)
 
     @classmethod
     def load(cls, path) -> "GridKNN":
         """Read a model file; raises ModelFileError if missing, corrupt or of another version."""
-        from monitor.model.file import load_model
-
-        return load_model(path)
+        return read_model(path, cls)
 
     def check_features(self, names: Sequence[str], bounds) -> None:
         """Raise ModelFileError unless names and bounds equal the model's."""
-        from monitor.model.file import check_features
-
         check_features(self, names, bounds)
-
 
 
 def _above_noise_floor(grid, epsilon: float, n_estimate: float | None = None) -> np.ndarray:
