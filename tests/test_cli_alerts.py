@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from monitor.budget.plan import iso
 from tests.streamkit import wait_for
 from tests.test_first_hour import ENV, monitor, start_monitor, stop, workdir  # noqa: F401 - fixture
 
@@ -48,7 +49,7 @@ def test_run_says_where_to_connect_logs_each_window_and_alerts_prints_them(workd
         assert len(rows) >= 2 and "window(s) on fh.alerts" in table.stderr
         first_start = lines[0][0]
         row = next(r for r in rows if r.startswith(first_start))
-        assert f"{float(lines[0][3]):.3g}" in row.split() and "schedule" in row, row
+        assert f"{float(lines[0][3]):.3g}" in row.split(), row
         if port == "9092":  # no flag needed: the embedded broker's default port
             plain = monitor("alerts", cwd=workdir)
             assert plain.returncode == 0 and len(plain.stdout.splitlines()) >= len(rows) + 1, plain.stderr
@@ -57,6 +58,9 @@ def test_run_says_where_to_connect_logs_each_window_and_alerts_prints_them(workd
         records = [json.loads(x) for x in as_json.stdout.splitlines()]
         assert len(records) >= len(rows) and len({r["window_start"] for r in records}) == len(records)
         assert all({"window_start", "alarm", "epsilon", "report"} <= set(r) for r in records)
+        # the report column: the report's own headline when it has one, else a summary naming its reason
+        report = next(r for r in records if row.startswith(iso(r["window_start"])))["report"]
+        assert (report.get("headline") or "schedule") in row, (row, report)
 
         with open(workdir / "follow.out", "wb") as out:
             follow = subprocess.Popen([sys.executable, "-m", "monitor", "alerts", "--follow", "--bootstrap-servers", bootstrap],
