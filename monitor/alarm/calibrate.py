@@ -119,13 +119,17 @@ def _svt_noise_density(x: np.ndarray, b_query: float, b_threshold: float) -> np.
     return (a * np.exp(-ax / a) - b * np.exp(-ax / b)) / (2.0 * (a * a - b * b))
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)
+def _svt_grid(b_query: float, b_threshold: float) -> tuple[np.ndarray, np.ndarray, float]:
+    span = 40.0 * max(b_query, b_threshold) + 1e-9
+    x = np.linspace(-span, span, 4001)
+    return x, _svt_noise_density(x, b_query, b_threshold), float(x[1] - x[0])
+
+
+@lru_cache(maxsize=4096)
 def _tail(threshold: float, sd: float, b_query: float, b_threshold: float) -> float:
     """P[N(0, sd^2) + L_q - L_t >= threshold], by quadrature over the Laplace difference."""
-    span = 40.0 * max(b_query, b_threshold) + 1e-9
-    x = np.linspace(-span, span, 8001)
-    dx = x[1] - x[0]
-    dens = _svt_noise_density(x, b_query, b_threshold)
+    x, dens, dx = _svt_grid(b_query, b_threshold)
     if sd <= 0:
         tail = (x >= threshold).astype(float)
     else:

@@ -149,6 +149,7 @@ class SurgeAlarm:
         self.window_seconds = float(window_seconds)
         self.kappa = float(kappa)
         self.traffic_swing = float(traffic_swing)
+        self._derived: tuple[tuple, float] | None = None
         self.z = float(z)
         self.rate_margin = float(rate_margin)
         self.hold_windows = int(hold_windows)
@@ -205,6 +206,13 @@ class SurgeAlarm:
         if self.threshold is not None:
             return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
         # This alarm's own noise scales, in events (the pages' noise is widened by the tau band).
+        # A baseline is released once a day: derive its threshold once.
+        key = (baseline.rate, baseline.events_per_window, baseline.rate_error)
+        if self._derived is None or self._derived[0] != key:
+            self._derived = (key, self._derive(baseline))
+        return self._derived[1]
+
+    def _derive(self, baseline: BaselineEstimate) -> float:
         return false_page_threshold(
             rate=baseline.rate, events=baseline.events_per_window, rate_error=baseline.rate_error,
             epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
