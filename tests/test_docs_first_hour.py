@@ -50,3 +50,14 @@ def test_privacy_page_quotes_the_shipped_epsilon_top_count():
     text = (REPO / "docs" / "privacy.md").read_text(encoding="utf-8")
     quoted = re.findall(r"`report\.epsilon_top_count`\s*\(([0-9.]+) in `config\.yaml`\)", " ".join(text.split()))
     assert quoted and all(float(q) == shipped for q in quoted), (quoted, shipped)
+
+
+def test_readme_producer_snippet_reaches_the_embedded_broker_as_written():
+    """Issue 29.3: the snippet said localhost:9092 while the embedded broker took a random port."""
+    from monitor.docs import current_block
+    from monitor.stream.broker import DEFAULT_EMBEDDED_PORT
+
+    own = current_block("own-topic", REPO / "README.md")
+    snippet = re.search(r'KafkaProducer\(bootstrap_servers="([^"]+)"', own).group(1)
+    assert snippet == f"localhost:{DEFAULT_EMBEDDED_PORT}"
+    assert f"bootstrap_servers: localhost:{DEFAULT_EMBEDDED_PORT}" in own
