@@ -70,7 +70,8 @@ class ModelSettings(_Strict):
     k: int | None = Field(None, ge=1, description="Neighbours (noisy mass) for the kNN score; null chooses from the number of grids, epsilon and the noisy record count.")
     max_depth: int | None = Field(None, ge=0, description="How many cell rings to search; null chooses.")
     weighted: bool = Field(False, description="Weighted kNN score (count-weighted distances) instead of the basic one.")
-    contamination: float | None = Field(0.05, gt=0, lt=0.5, description="Expected outlier rate; sets the flag threshold from the model's own noisy mass.")
+    contamination: float | None = Field(0.05, gt=0, lt=0.5, description="Share of normal events to flag: the threshold is the calibrated (1 - contamination) quantile of the scores of reference rows held apart from the grids (docs/model.md); `monitor fit` says when too few rows are held apart for it.")
+    calibration_share: float = Field(0.25, ge=0, le=0.9, description="Share of the reference rows held apart from the grids to calibrate rates (contamination, the alarm's levels): disjoint rows, so no extra epsilon (parallel composition). 0 = uncalibrated rates (quantiles of the model's own noisy mass).")
     threshold: float | None = Field(None, description="Explicit score threshold; overrides contamination.")
 
 

@@ -168,3 +168,75 @@ def test_monitor_simulate_produces_the_requested_events(kafka_bootstrap, tmp_pat
             and isinstance(e.get("ts"), float)]
     assert 600 < len(good) < 800  # about 10 % malformed
     assert len({e["device_id"] for e in good}) == 200
+
+
+# --- issue 26: the user's own rows, and anomalies that look like real ones -----------
+
+
+def _rows_run(plan: SimulationPlan, normal, anomalous, features, seed: int = 4):
+    from monitor.stream.simulate import RowSource
+
+    sent: list[bytes] = []
+    src = RowSource(normal, anomalous, features, n_devices=40, seed=seed)
+    stats = run_simulation(lambda k, v: sent.append(v), plan, src, clock=FakeClock(), sleep=FakeClock.sleep)
+    return stats, [json.loads(v) for v in sent]
+
+
+def test_row_traffic_sends_the_users_rows_and_the_burst_sends_anomalous_rows():
+    rng = np.random.default_rng(0)
+    normal = np.round(rng.normal(0.0, 1.0, size=(300, 2)), 3)
+    anomalous = np.round(rng.normal(8.0, 0.5, size=(30, 2)), 3)
+    features = [("a", -20, 20), ("b", -20, 20)]
+    plan = SimulationPlan(rate=100, duration=10, burst=AnomalyBurst(start=4, duration=2, fraction=0.25, kind="rows"))
+    stats, events = _rows_run(plan, normal, anomalous, features)
+    X = np.array([[e["a"], e["b"]] for e in events])
+    normal_set, anomalous_set = {tuple(r) for r in normal}, {tuple(r) for r in anomalous}
+    is_anom = np.array([tuple(r) in anomalous_set for r in X])
+    # Every event is one of the user's rows, and exactly the burst's events are anomalous rows.
+    assert all(tuple(r) in normal_set or tuple(r) in anomalous_set for r in X)
+    assert int(is_anom.sum()) == stats.anomalous > 20
+    t = np.array([e["ts"] for e in events]) - stats.started_at
+    assert t[is_anom].min() >= 4 - 0.06 and t[is_anom].max() < 6 + 0.06
+
+
+@pytest.mark.parametrize("kind", ["subtle_shift", "stuck_sensor", "correlated_drift", "far_outlier"])
+def test_synthetic_kinds_move_the_burst_and_nothing_else(kind):
+    rng = np.random.default_rng(1)
+    normal = rng.normal(0.0, 1.0, size=(2000, 4))
+    features = [(f"x{j}", -12, 12) for j in range(4)]
+    plan = SimulationPlan(rate=200, duration=10, burst=AnomalyBurst(start=2, duration=6, fraction=0.5, kind=kind))
+    stats, events = _rows_run(plan, normal, None, features)
+    X = np.array([[e[f"x{j}"] for j in range(4)] for e in events])
+    t = np.array([e["ts"] for e in events]) - stats.started_at
+    outside = X[(t < 2 - 0.06) | (t > 8 + 0.06)]
+    inside = X[(t > 2 + 0.06) & (t < 8 - 0.06)]
+    # Outside the burst the traffic is the normal rows; inside, half the devices are moved.
+    assert np.abs(outside.mean(axis=0)).max() < 0.2
+    moved = np.abs(inside.mean(axis=0) - normal.mean(axis=0))
+    if kind == "far_outlier":  # each person out in either direction: the spread moves, not the mean
+        moved = np.abs(inside.std(axis=0) - normal.std(axis=0))
+    assert moved.max() > 0.5, (kind, moved)
+    if kind == "subtle_shift":
+        # 1.5 to 3 sd on one or two features, for half the devices: 0.75 to 1.5 sd on average.
+        assert 1 <= int((moved > 0.5).sum()) <= 2 and moved.max() < 1.7
+
+
+def test_simulate_rows_options_are_checked(tmp_path):
+    from argparse import Namespace
+
+    from monitor.stream.simulate import plan_from_args, source_from_args
+
+    cfg = parse_config({"features": [{"name": "a", "min": 0, "max": 10}]})
+    (tmp_path / "normal.csv").write_text("a\n1\n2\n3\n")
+    args = Namespace(normal=None, anomalies=tmp_path / "normal.csv", devices=5, seed=1)
+    with pytest.raises(MonitorError, match="--anomalies needs --normal"):
+        source_from_args(args, cfg)
+    args = Namespace(normal=tmp_path / "normal.csv", anomalies=None, devices=5, seed=1)
+    src = source_from_args(args, cfg)
+    with pytest.raises(MonitorError, match="needs --anomalies"):
+        src.burst_cause("rows")
+    with pytest.raises(MonitorError, match="vitals simulator"):
+        src.burst_cause("clustered")
+    plan = plan_from_args(Namespace(anomaly_start=None, anomaly_duration=None, anomaly_fraction=0.1, anomaly_kind=None,
+                                    anomalies=tmp_path / "normal.csv", duration=10.0, rate=5.0, malformed_rate=0.0))
+    assert plan.burst.kind == "rows"

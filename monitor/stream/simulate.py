@@ -3,7 +3,11 @@
 Each event is one JSON object ``{"device_id": ..., "ts": <epoch seconds>, <features>}``
 (the field names come from the config's ``entity_field``, ``timestamp_field`` and
 features). During the burst a fraction of the devices sends desaturation readings
-(spo2 down, heart rate up: see :mod:`monitor.data.vitals`). A chosen share of the
+(spo2 down, heart rate up: see :mod:`monitor.data.vitals`), or anomalies that look like
+real ones (``--anomaly-kind subtle_shift``, ``stuck_sensor``, ``correlated_drift``,
+``far_outlier``: :mod:`monitor.data.anomalies`). With ``--normal normal.csv`` the traffic is
+the user's own labelled rows (each event a row drawn at random), and with ``--anomalies
+anomalous.csv`` the burst sends rows drawn from that file: a backtest on real data. A chosen share of the
 messages can be malformed on purpose, one of each dead-letter reason in turn, to
 exercise the monitor's dead-letter path.
 
@@ -29,10 +33,12 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
+from monitor.data.anomalies import ANOMALY_KINDS, SYNTHETIC_KINDS, AnomalyRecipe, FeatureStats, apply_recipe, draw_recipe
 from monitor.data.vitals import VITAL_FEATURES, VitalsSimulator, random_cluster
 from monitor.errors import MonitorError
 
@@ -41,6 +47,8 @@ __all__ = [
     "SimulationPlan",
     "SimulationStats",
     "VitalsSource",
+    "RowSource",
+    "BURST_KINDS",
     "MALFORMED_KINDS",
     "run_simulation",
     "resolve_bootstrap",
@@ -52,6 +60,9 @@ __all__ = [
 # One malformed message per dead-letter reason the monitor knows (DEVELOPERS.md),
 # except too_large, which would cost 64 KiB per message for no extra coverage.
 MALFORMED_KINDS: tuple[str, ...] = ("bad_json", "not_object", "missing_field", "wrong_type", "not_finite", "bad_timestamp")
+# What a burst can send: the simulator's desaturation episodes (clustered, spread), the
+# synthetic kinds of monitor.data.anomalies, or the user's anomalous rows (--anomalies).
+BURST_KINDS: tuple[str, ...] = (*ANOMALY_KINDS, "rows")
 
 
 @dataclass(frozen=True)
@@ -87,8 +98,8 @@ class SimulationPlan:
             raise MonitorError(f"--malformed-rate must be between 0 and 1, got {self.malformed_rate}")
         if self.burst is not None and not 0.0 <= self.burst.fraction <= 1.0:
             raise MonitorError(f"--anomaly-fraction must be between 0 and 1, got {self.burst.fraction}")
-        if self.burst is not None and self.burst.kind not in ("clustered", "spread"):
-            raise MonitorError(f"--anomaly-kind must be clustered or spread, got {self.burst.kind!r}")
+        if self.burst is not None and self.burst.kind not in BURST_KINDS:
+            raise MonitorError(f"--anomaly-kind must be one of {', '.join(BURST_KINDS)}, got {self.burst.kind!r}")
 
     @property
     def total_events(self) -> int:
@@ -164,8 +175,33 @@ class VitalsSource:
             event[name] = float(v)
         return event
 
-    def event(self, device: int, ts: float, anomalous: bool, cluster: tuple[float, float] | None = None) -> bytes:
-        values = self.sim.readings([device], [anomalous], cluster=cluster)[0]
+    def burst_cause(self, kind: str):
+        """One burst's cause, drawn once: a cluster centre (clustered), None (spread, rows), or
+        a synthetic kind's recipe (the same features and shift for everybody in the burst)."""
+        if kind == "clustered":
+            return random_cluster(self.rng)
+        if kind in SYNTHETIC_KINDS:
+            return draw_recipe(kind, self.stats, self.rng)
+        if kind == "rows":
+            raise MonitorError("--anomaly-kind rows needs --anomalies FILE (anomalous rows to send)")
+        return None
+
+    @property
+    def stats(self) -> FeatureStats:
+        """Normal readings' centre and spread, for the synthetic kinds (the simulator's own)."""
+        if getattr(self, "_stats", None) is None:
+            probe = VitalsSimulator(list(zip(self.sim.feature_names, *self.sim.bounds.T)), n_devices=2000, rng=12345)
+            self._stats = FeatureStats.of(probe.readings(np.arange(2000)), self.sim.bounds)
+        return self._stats
+
+    def event(self, device: int, ts: float, anomalous: bool, cluster=None) -> bytes:
+        if isinstance(cluster, AnomalyRecipe):
+            values = self.sim.readings([device])
+            if anomalous:
+                values = apply_recipe(cluster, values, self.stats, self.rng)
+            values = values[0]
+        else:
+            values = self.sim.readings([device], [anomalous], cluster=cluster)[0]
         return json.dumps(self.payload(device, ts, values)).encode()
 
     def malformed(self, device: int, ts: float, kind: str) -> bytes:
@@ -192,6 +228,72 @@ class VitalsSource:
         return json.dumps(event).encode()
 
 
+class _RowSim:
+    """Readings drawn from the user's rows: a random normal row per event, a random
+    anomalous row for an anomalous one (``VitalsSimulator``'s interface)."""
+
+    def __init__(self, normal: np.ndarray, anomalous: np.ndarray | None, feature_names: Sequence[str],
+                 bounds: np.ndarray, n_devices: int, rng) -> None:
+        self.normal = np.asarray(normal, dtype=float)
+        self.anomalous = None if anomalous is None else np.asarray(anomalous, dtype=float)
+        self.feature_names = list(feature_names)
+        self.bounds = np.asarray(bounds, dtype=float)
+        self.n_devices = int(n_devices)
+        self.rng = np.random.default_rng(rng)
+        self.device_ids = [f"dev-{i:04d}" for i in range(self.n_devices)]
+
+    def readings(self, devices, anomalous=None, cluster=None) -> np.ndarray:
+        n = len(devices)
+        X = self.normal[self.rng.integers(self.normal.shape[0], size=n)].copy()
+        if anomalous is not None and self.anomalous is not None:
+            anom = np.asarray(anomalous, dtype=bool)
+            X[anom] = self.anomalous[self.rng.integers(self.anomalous.shape[0], size=int(anom.sum()))]
+        return X
+
+
+class RowSource(VitalsSource):
+    """Events built from the user's labelled rows (``monitor simulate --normal FILE
+    [--anomalies FILE]``): each event is a normal row drawn at random; during the burst a
+    share of the devices sends anomalous rows (kind ``rows``) or a synthetic kind applied
+    to their normal rows.
+
+    >>> rng = np.random.default_rng(0)
+    >>> src = RowSource(rng.normal(size=(50, 2)), rng.normal(9, 1, size=(5, 2)), [("a", -20, 20), ("b", -20, 20)], n_devices=4, seed=1)
+    >>> sorted(json.loads(src.event(0, 1700000000.0, anomalous=True)))
+    ['a', 'b', 'device_id', 'ts']
+    >>> json.loads(src.event(0, 1700000000.0, anomalous=True))["a"] > 4
+    True
+    """
+
+    def __init__(self, normal: np.ndarray, anomalous: np.ndarray | None, features: Sequence, *,
+                 entity_field: str | None = "device_id", timestamp_field: str | None = "ts", n_devices: int = 200,
+                 seed: int | None = None) -> None:
+        from monitor.data.vitals import _bounds, _name
+
+        normal = np.asarray(normal, dtype=float)
+        if normal.ndim != 2 or normal.shape[0] == 0:
+            raise MonitorError("--normal holds no rows")
+        if anomalous is not None and np.asarray(anomalous).shape[0] == 0:
+            raise MonitorError("--anomalies holds no rows")
+        bounds = np.array([_bounds(f) for f in features], dtype=float)
+        self.sim = _RowSim(normal, anomalous, [_name(f) for f in features], bounds, n_devices, seed)
+        self.rng = self.sim.rng
+        self.entity_field = entity_field
+        self.timestamp_field = timestamp_field
+        self.order = self.rng.permutation(n_devices)
+        self._stats = FeatureStats.of(normal, bounds)
+
+    def burst_cause(self, kind: str):
+        if kind == "rows":
+            if self.sim.anomalous is None:
+                raise MonitorError("--anomaly-kind rows needs --anomalies FILE (anomalous rows to send)")
+            return None
+        if kind in ("clustered", "spread"):
+            raise MonitorError(f"--anomaly-kind {kind} is the vitals simulator's own episode; with --normal use rows "
+                               f"(with --anomalies) or one of {', '.join(SYNTHETIC_KINDS)}")
+        return draw_recipe(kind, self.stats, self.rng)
+
+
 def run_simulation(
     send: Callable[[bytes | None, bytes], None],
     plan: SimulationPlan,
@@ -211,7 +313,7 @@ def run_simulation(
     stats = SimulationStats(started_at=clock())
     burst = plan.burst
     burst_mask = source.choose_burst_devices(burst.fraction) if burst else np.zeros(source.n_devices, bool)
-    cluster = random_cluster(source.rng) if burst and burst.kind == "clustered" else None
+    cluster = source.burst_cause(burst.kind) if burst else None
     stats.burst_devices = int(burst_mask.sum())
     stats.feature_names = list(source.sim.feature_names)
     total = plan.total_events
@@ -309,9 +411,15 @@ def configure_simulate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--anomaly-start", type=float, help="seconds after the start when the burst begins (default: 40%% of the duration)")
     parser.add_argument("--anomaly-duration", type=float, help="burst length in seconds, 0 for none (default: 20%% of the duration)")
     parser.add_argument("--anomaly-fraction", type=float, default=0.05, help="share of devices in the burst (default 0.05)")
-    parser.add_argument("--anomaly-kind", choices=("clustered", "spread"), default="clustered",
-                        help="clustered: the burst's readings sit close together (one cause, the realistic case); "
-                        "spread: each far from the others (default clustered)")
+    parser.add_argument("--anomaly-kind", choices=BURST_KINDS, default=None,
+                        help="clustered: the burst's desaturation readings sit close together (one cause); spread: each far "
+                        "from the others; subtle_shift (1.5-3 sd in one or two features), stuck_sensor, correlated_drift, "
+                        "far_outlier: anomalies that look like real ones; rows: rows of --anomalies (default: rows with "
+                        "--anomalies, else clustered)")
+    parser.add_argument("--normal", type=Path, help="CSV (header = the config's feature names) or npz of normal rows: "
+                        "the traffic is built from them instead of the vitals simulator (a backtest on your own data)")
+    parser.add_argument("--anomalies", type=Path, help="CSV or npz of anomalous rows: the burst sends rows drawn from it "
+                        "(with --normal)")
     parser.add_argument("--malformed-rate", type=float, default=0.0, help="share of messages sent malformed, to exercise the dead-letter topic (default 0)")
     parser.add_argument("--seed", type=int, help="seed of the simulated population and readings (default: random)")
     parser.set_defaults(func=run_simulate_command)
@@ -321,7 +429,8 @@ def plan_from_args(args: argparse.Namespace) -> SimulationPlan:
     """The plan ``monitor simulate`` (and ``monitor demo``) derive from their options."""
     start = args.anomaly_start if args.anomaly_start is not None else 0.4 * args.duration
     length = args.anomaly_duration if args.anomaly_duration is not None else 0.2 * args.duration
-    burst = AnomalyBurst(start, length, args.anomaly_fraction, args.anomaly_kind) if length > 0 else None
+    kind = getattr(args, "anomaly_kind", None) or ("rows" if getattr(args, "anomalies", None) else "clustered")
+    burst = AnomalyBurst(start, length, args.anomaly_fraction, kind) if length > 0 else None
     return SimulationPlan(rate=args.rate, duration=args.duration, burst=burst, malformed_rate=args.malformed_rate)
 
 
@@ -335,13 +444,7 @@ def run_simulate_command(args: argparse.Namespace) -> int:
         raise MonitorError(f"--devices must be at least 1, got {args.devices}")
     plan = plan_from_args(args)
     bootstrap = resolve_bootstrap(args.bootstrap_servers, config)
-    source = VitalsSource(
-        config.features,
-        entity_field=config.stream.entity_field,
-        timestamp_field=config.stream.timestamp_field,
-        n_devices=args.devices,
-        seed=args.seed,
-    )
+    source = source_from_args(args, config)
     console = Console()
     topic = config.stream.input_topic
     producer = open_producer(bootstrap, config.stream.kafka)
@@ -353,6 +456,21 @@ def run_simulate_command(args: argparse.Namespace) -> int:
     for line in summary_lines(stats, plan, topic, bootstrap):
         console.print(line, highlight=False, soft_wrap=True)
     return 0
+
+
+def source_from_args(args: argparse.Namespace, config) -> VitalsSource:
+    """The event source ``monitor simulate`` uses: the user's rows (--normal, --anomalies) or the vitals simulator."""
+    if args.anomalies is not None and args.normal is None:
+        raise MonitorError("--anomalies needs --normal (the normal rows the traffic is built from)")
+    if args.normal is None:
+        return VitalsSource(config.features, entity_field=config.stream.entity_field,
+                            timestamp_field=config.stream.timestamp_field, n_devices=args.devices, seed=args.seed)
+    from monitor.model.io import read_features
+
+    normal = read_features(args.normal, config.feature_names, progress=False)
+    anomalous = read_features(args.anomalies, config.feature_names, progress=False) if args.anomalies else None
+    return RowSource(normal, anomalous, config.features, entity_field=config.stream.entity_field,
+                     timestamp_field=config.stream.timestamp_field, n_devices=args.devices, seed=args.seed)
 
 
 def _produce_with_progress(producer, topic: str, plan: SimulationPlan, source: VitalsSource, console) -> SimulationStats:
@@ -393,6 +511,10 @@ def summary_lines(stats: SimulationStats, plan: SimulationPlan, topic: str, boot
 
 def _burst_features(plan: SimulationPlan, stats: SimulationStats) -> str:
     names = stats.feature_names
+    if plan.burst is not None and plan.burst.kind == "rows":
+        return "rows of --anomalies"
+    if plan.burst is not None and plan.burst.kind in SYNTHETIC_KINDS:
+        return plan.burst.kind.replace("_", " ")
     if {"spo2", "heart_rate"} <= set(names):
         return "spo2 down, heart_rate up"
     return f"{' and '.join(names[:2])} shifted by a third of their range" if names else "first two features shifted"
