@@ -224,3 +224,40 @@ def test_config_threshold_applies_to_an_existing_model_without_refit(tmp_path, c
     (tmp_path / "n.yaml").write_text(CONFIG.replace("{epsilon: 1.0, contamination: 0.05}", f"{{path: {out}}}"))
     assert load_configured(load_config(tmp_path / "n.yaml")).threshold_ == fitted.threshold_
     assert ledger.read_bytes() == charged
+
+
+def test_cli_fit_shows_the_calibration_and_warns_when_too_few_rows_are_held_apart(tmp_path, capsys):
+    # The user types `monitor fit` on a big and on a small reference file with contamination 0.05.
+    (tmp_path / "config.yaml").write_text(CONFIG.replace("contamination: 0.05}", "contamination: 0.05}\nalarm: {contamination: 0.05}"))
+    _write_csv(tmp_path / "big.csv", np.random.default_rng(3).normal([70, 90, 36], [8, 3, 0.5], (20000, 3)))
+    assert main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "big.csv"),
+                 "--out", str(tmp_path / "big.json"), "--seed", "1"]) == 0
+    big = capsys.readouterr()
+    assert "calibration (model.contamination 0.05): threshold" in big.out
+    assert "rank accuracy +-" in big.out and "should land within [0.025, 0.1]" in big.out
+    assert "too few held-apart rows" not in big.err
+    X = np.random.default_rng(4).normal([70, 97, 36], [8, 1.5, 0.5], (120, 3))
+    _write_csv(tmp_path / "small.csv", X)
+    assert main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "small.csv"),
+                 "--out", str(tmp_path / "small.json"), "--seed", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: calibration (model.contamination 0.05)" in err and "too few held-apart rows" in err
+    assert "need about" in err and "model.calibration_share" in err
+
+
+def test_cli_fit_warns_about_clipping_bounds_and_names_ignored_columns(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text(CONFIG)
+    rng = np.random.default_rng(5)
+    X = rng.normal([70, 97, 36], [8, 1.5, 0.5], (1000, 3))
+    X[:300, 0] = 250.0  # 30 % of heart rates above the configured max of 220
+    X[:, 1] = np.minimum(X[:, 1], 99.0)  # spo2 inside its bounds
+    _write_csv(tmp_path / "ref.csv", X)  # has an extra "id" column
+    assert main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"),
+                 "--out", str(tmp_path / "m.json"), "--seed", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "clip more than 1 % of the reference rows of 1 feature(s): heart_rate: 30.0 %" in err
+    assert "0.0 % below min 30, 30.0 % above max 220" in err and "spo2:" not in err.split("clip")[1].split(".")[0]
+    assert "not stored in the model file" in err
+    assert "1 column(s) that are not configured features, ignored: id" in err
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert "clip" not in json.dumps(doc)  # the exact shares never reach the file

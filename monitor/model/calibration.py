@@ -38,7 +38,7 @@ __all__ = ["Calibration", "RateAccuracy", "ScoreHistogram", "score_edges", "publ
 # sqrt(score) over the whole range, which keep a resolution where the synthetic sample is
 # wrong (it put the 1 % quantile anywhere from the real 0.05 % to the real 20 %).
 # Measured on the shared sets (bench/bench_calibration.py --sweep).
-TAIL_PROBS = tuple(np.geomspace(0.5, 0.0005, 16).tolist())
+TAIL_PROBS = tuple(np.geomspace(0.5, 0.0005, 8).tolist())
 COARSE_BINS = 8
 N_BINS = COARSE_BINS  # (sqrt-uniform bins of ``score_edges``)
 _POWER = 0.5

@@ -86,17 +86,68 @@ def _warn_weak_signal(model, n_rows: int) -> None:
           f"epsilon, to reach one noise scale per cell (docs/model.md)", file=sys.stderr)
 
 
+CLIP_WARN_SHARE = 0.01  # warn when the bounds clip more than this share of a feature's reference values
+
+
+def _warn_clipping(X: np.ndarray, names, bounds) -> None:
+    """Say which features' bounds clip a large share of the reference rows, and how much.
+
+    These shares are exact counts of the private reference data, deliberately NOT
+    privatised: `monitor fit` runs inside the trust boundary, the operator who runs it
+    already holds the reference file, and the shares go to that operator's terminal only.
+    They are never written to the model file, the ledger or any published output (the
+    model file stays a pure epsilon-DP release).
+    """
+    b = np.asarray(bounds, dtype=float)
+    low, high = (X < b[:, 0]).mean(axis=0), (X > b[:, 1]).mean(axis=0)
+    bad = [i for i in range(len(names)) if low[i] + high[i] > CLIP_WARN_SHARE]
+    if not bad:
+        return
+    parts = "; ".join(f"{names[i]}: {100 * (low[i] + high[i]):.1f} % ({100 * low[i]:.1f} % below min {b[i, 0]:g}, "
+                      f"{100 * high[i]:.1f} % above max {b[i, 1]:g})" for i in bad)
+    print(f"warning: the configured bounds clip more than {100 * CLIP_WARN_SHARE:g} % of the reference rows of "
+          f"{len(bad)} feature(s): {parts}. Clipped values all score as the bound itself, so the model cannot tell "
+          f"them apart: widen features[].min/max in the config if these values are normal (bounds must come from "
+          f"domain knowledge, not from the data). These shares are exact and shown only here, to you; they are "
+          f"not stored in the model file", file=sys.stderr)
+
+
+def _report_calibration(model, rates) -> None:
+    """The calibration's accuracy for each configured rate; a warning where the held-apart part
+    is too small for it (post-processing of the model's release)."""
+    if model.calibration_ is None:
+        return
+    for label, c in rates:
+        acc = model.rate_accuracy(c)
+        expected = c * acc.rows
+        line = (f"calibration ({label} {c:g}): threshold {acc.threshold:.4g}, from about {acc.rows:.0f} held-apart "
+                f"reference rows ({100 * model.calibration_share_:g} %, model.calibration_share), expected "
+                f"{expected:.1f} of them above it, rank accuracy +-{acc.rank_accuracy:.1f} rows (95 %)")
+        if acc.enough:
+            print(line + f": the real flag rate should land within [{c / 2:g}, {2 * c:g}]")
+        else:
+            print(f"warning: {line}: too few held-apart rows for the rate {c:g} (need about {acc.rows_needed:.0f}); "
+                  f"the real flag rate may fall outside [{c / 2:g}, {2 * c:g}]. Use a larger rate, more reference "
+                  f"rows, a larger model.calibration_share or a larger model.epsilon", file=sys.stderr)
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from monitor.config import load_config
     from monitor.model.estimator import GridKNN
-    from monitor.model.io import read_features
+    from monitor.model.io import extra_columns, read_features
 
     cfg = load_config(args.config)
     X = read_features(args.reference, cfg.feature_names)
+    ignored = extra_columns(args.reference, cfg.feature_names)
+    if ignored:
+        print(f"note: {args.reference} has {len(ignored)} column(s) that are not configured features, ignored: "
+              f"{', '.join(ignored)}", file=sys.stderr)
+    _warn_clipping(X, cfg.feature_names, cfg.bounds)
     ms = cfg.model
     model = GridKNN(bins=ms.bins, k=ms.k, epsilon=ms.epsilon, bounds=cfg.bounds, max_depth=ms.max_depth,
                     weighted=ms.weighted, contamination=ms.contamination, threshold=ms.threshold,
-                    random_state=args.seed, feature_names=cfg.feature_names)
+                    random_state=args.seed, feature_names=cfg.feature_names,
+                    calibration_share=ms.calibration_share)
     # Charged before the noisy cells exist: a refused charge releases nothing.
     spent, left = _charge_reference_ledger(cfg, ms.epsilon, Path(args.reference))
     model.fit(X)
@@ -110,6 +161,11 @@ def run_fit(args: argparse.Namespace) -> int:
           f"layout chosen from a noisy row count of {model.n_estimate_:.0f} (epsilon {model.size_epsilon_:g} of the "
           f"{model.epsilon_spent_:g})")
     _warn_weak_signal(model, X.shape[0])
+    rates = [("model.contamination", ms.contamination)] if ms.contamination is not None else []
+    alarm_c = getattr(getattr(cfg, "alarm", None), "contamination", None)
+    if alarm_c is not None and alarm_c != ms.contamination:
+        rates.append(("alarm.contamination", alarm_c))
+    _report_calibration(model, rates)
     fits_left = int(left // ms.epsilon + 1e-9) if ms.epsilon > 0 else 0
     print(f"reference budget: spent {spent:.4g} of {cfg.budget.reference_epsilon:.4g} "
           f"(budget.reference_epsilon), {left:.4g} left: {fits_left} more fit(s) at model.epsilon={ms.epsilon:g}; "

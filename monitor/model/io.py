@@ -21,7 +21,7 @@ import numpy as np
 
 from monitor.errors import MonitorError
 
-__all__ = ["InputFileError", "read_features", "csv_rows"]
+__all__ = ["InputFileError", "read_features", "csv_rows", "extra_columns"]
 
 # Files larger than this get a progress bar.
 _PROGRESS_BYTES = 4 << 20
@@ -39,6 +39,27 @@ def read_features(path: str | os.PathLike, names: Sequence[str], progress: bool 
     if path.suffix.lower() == ".npz":
         return _read_npz(path, list(names))
     return _read_csv(path, list(names), progress)
+
+
+def extra_columns(path: str | os.PathLike, names: Sequence[str]) -> list[str]:
+    """Columns of the file (CSV header, or an npz ``feature_names``) that are not in ``names``:
+    what ``read_features`` ignores. Empty for an npz without names.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "ref.csv")
+    >>> _ = open(p, "w").write("id,hr,spo2,label\\na,60,97,0\\n")
+    >>> extra_columns(p, ["spo2", "hr"])
+    ['id', 'label']
+    """
+    path = Path(path)
+    wanted = set(names)
+    if path.suffix.lower() == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            cols = [str(n) for n in z["feature_names"]] if "feature_names" in z else []
+    else:
+        header = next((row for _, row in csv_rows(path, progress=False)), [])
+        cols = [h.strip() for h in header]
+    return [c for c in cols if c not in wanted]
 
 
 def _read_npz(path: Path, names: list[str]) -> np.ndarray:
