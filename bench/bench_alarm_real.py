@@ -1,0 +1,359 @@
+"""Surge alarm on real labelled data (issue 26): does it page where an exact detector would?
+
+For every set of ``../shared/datasets`` with enough rows (at least 3,000), the inliers are
+split in two halves: one is the reference ``monitor fit`` fits the model on (with the
+shipped ``config.yaml``, only the features changed: one per column, public bounds = the
+set's min and max), the other is the normal traffic. A day of 5-minute windows (+-30 %
+daily swing) follows the shipped warm-up, and 6 surges of 3 windows after it send the
+set's outliers (kind ``rows``) from a share of the people online. Every window goes to the
+production ``WindowReleaser`` (seeded noise, a fresh ledger): the code ``monitor replay``
+runs at each window close (``monitor/stream/replay.py``: parse, window, then the same
+``WindowReleaser.release``), without the JSON file in between. The model's scores are
+computed once per distinct row (``CachedScores``; a window's rows are copies of the pool's
+rows): the same numbers ``score_samples`` returns, so the releaser decides exactly what
+replay would decide.
+
+Compared on the same windows:
+- ``private``: the shipped alarm; a surge counts when it pages in its FIRST window;
+- ``exact, same level``: flagged events at the alarm's ``contamination`` minus the EXACT
+  normal rate times the events, paging above the smallest constant that keeps 1 false
+  page per 30 days (from 300 simulated quiet days of the same traffic);
+- ``exact, best level``: the same at the single flag level (of 0.1 % to 20 % of normal
+  events) that pages most, chosen in hindsight per data set; ``one level`` chooses one
+  level for every data set.
+Quiet days (no surge) count false pages. ``--kinds`` adds the simulated anomaly kinds
+(``monitor.data.anomalies``) on the same real traffic.
+
+Run: ``OMP_NUM_THREADS=1 python bench/bench_alarm_real.py --seeds 3 --write`` (see
+BENCHMARKS.md for the time; ``--seeds 1 --sets 2_annthyroid`` for a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import REPO, write_section  # noqa: E402
+
+from monitor.budget import BudgetAccountant, WindowLedger  # noqa: E402
+from monitor.config import MonitorConfig, load_config  # noqa: E402
+from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
+from monitor.model import GridKNN  # noqa: E402
+from monitor.release import WindowReleaser  # noqa: E402
+from monitor.stream.windows import ClosedWindow  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "datasets"
+MIN_ROWS = 3000
+SCALES = [(1500, 0.05), (10_000, 0.01)]
+LEVELS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+SURGES_PER_DAY = 6
+QUIET_DAYS_SIMULATED = 300  # for the exact detector's constant: 10 exceedances in 300 days = 1 per 30
+
+
+def datasets() -> list[str]:
+    out = []
+    for p in sorted(SHARED.glob("*.npz"), key=lambda p: int(p.stem.split("_")[0])):
+        with np.load(p, allow_pickle=False) as d:
+            if d["X"].shape[0] >= MIN_ROWS:
+                out.append(p.stem)
+    return out
+
+
+def load_set(name: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(reference rows, normal traffic rows, anomalous rows, public bounds)."""
+    with np.load(SHARED / f"{name}.npz", allow_pickle=False) as d:
+        X, y = d["X"].astype(np.float64), d["y"].astype(int)
+    inl, out = X[y == 0], X[y == 1]
+    perm = np.random.default_rng(seed).permutation(inl.shape[0])
+    half = inl.shape[0] // 2
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    hi = np.where(hi > lo, hi, lo + 1.0)
+    return inl[perm[:half]], inl[perm[half:]], out, np.c_[lo, hi]
+
+
+def make_config(base: MonitorConfig, bounds: np.ndarray, ledger: Path) -> MonitorConfig:
+    data = base.model_dump(mode="json")
+    data["features"] = [{"name": f"f{j}", "min": float(lo), "max": float(hi)} for j, (lo, hi) in enumerate(bounds)]
+    data["budget"]["ledger"] = str(ledger)
+    return MonitorConfig.model_validate(data)
+
+
+def fit_model(config: MonitorConfig, R: np.ndarray, seed: int) -> GridKNN:
+    ms = config.model  # as `monitor fit` builds it (monitor/model/cli.py)
+    return GridKNN(bins=ms.bins, k=ms.k, epsilon=ms.epsilon, bounds=config.bounds, max_depth=ms.max_depth,
+                   weighted=ms.weighted, contamination=ms.contamination, threshold=ms.threshold,
+                   random_state=seed, feature_names=config.feature_names).fit(R)
+
+
+class CachedScores:
+    """The model, with ``score_samples`` computed once per distinct row (the traffic reuses
+    a pool of rows); everything else is the model's own. ``last`` holds the latest scores."""
+
+    def __init__(self, model: GridKNN, pools: list[np.ndarray]) -> None:
+        self._model = model
+        rows = np.unique(np.concatenate(pools), axis=0)
+        self._keys = _keys(rows)
+        order = np.argsort(self._keys)
+        self._keys = self._keys[order]
+        self._scores = model.score_samples(rows)[order]
+        self.last = np.zeros(0)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def score_samples(self, X) -> np.ndarray:
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        keys = _keys(X)
+        idx = np.clip(np.searchsorted(self._keys, keys), 0, self._keys.size - 1)
+        hit = self._keys[idx] == keys
+        out = np.empty(X.shape[0])
+        out[hit] = self._scores[idx[hit]]
+        if (~hit).any():
+            out[~hit] = self._model.score_samples(X[~hit])
+        self.last = out
+        return out
+
+
+def _keys(X: np.ndarray) -> np.ndarray:
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    return X.view(np.dtype((np.void, X.dtype.itemsize * X.shape[1]))).reshape(-1)
+
+
+def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
+               levels: np.ndarray) -> dict:
+    """One day through WindowReleaser; per window the state, the events and the exact flagged count at each level."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = WindowLedger(Path(tmp) / "ledger.sqlite")
+        b = config.budget
+        accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+        releaser = WindowReleaser(config, accountant, model, rng=seed)
+        size = config.window.size_seconds
+        states, n, F, thresholds, epsilons = [], [], [], [], []
+        for i in range(traffic.n_windows):
+            X, entities, _ = traffic.window(i, surges)
+            window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
+            rec = json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
+            states.append(rec["alarm_detail"]["state"])
+            thresholds.append(rec["alarm_detail"].get("threshold"))
+            epsilons.append(rec["epsilon"])
+            n.append(X.shape[0])
+            F.append((model.last[:, None] > levels[None, :]).sum(axis=0))
+        day_spent = accountant.spent(traffic.n_windows * size)[0]
+        ledger.close()
+    return {"states": states, "n": np.array(n), "F": np.array(F), "spent": day_spent, "thresholds": thresholds,
+            "alarm_threshold": releaser.alarm_threshold}
+
+
+def exact_constants(n: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per level, the smallest constant C with at most one window of f - p n >= C per 30 quiet
+    days of this traffic profile (f ~ Binomial(n, p): the traffic's rows are drawn at random)."""
+    days = QUIET_DAYS_SIMULATED
+    nn = np.tile(n, days)
+    out = np.empty(p.size)
+    for j, pj in enumerate(p):
+        stat = rng.binomial(nn, pj) - pj * nn
+        k = days // 30 + 1  # the (days/30 + 1)-th largest value: days/30 windows lie above it
+        out[j] = np.partition(stat, -k)[-k] + 1e-9
+    return out
+
+
+def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int, quiet: bool = True,
+            kind: str = "rows") -> dict:
+    R, T, A, bounds = load_set(name, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = make_config(base, bounds, Path(tmp) / "unused.sqlite")
+    model = fit_model(config, R, seed)
+    cached = CachedScores(model, [T, A])
+    normal_scores = cached.score_samples(T)
+    levels = np.quantile(normal_scores, 1.0 - np.array(LEVELS))
+    p = (normal_scores[:, None] > levels[None, :]).mean(axis=0)  # the EXACT normal rate at each level
+    flagged_share = float((normal_scores > model.threshold_for(config.alarm.contamination)).mean())
+    size = config.window.size_seconds
+    warm = int(math.ceil(config.alarm.baseline_warmup_seconds / size))
+    wpd = int(round(86400 / size))
+    days = {}
+    for label, per_day in (("surge", SURGES_PER_DAY), ("quiet", 0)) if quiet else (("surge", SURGES_PER_DAY),):
+        traffic = RowTraffic(T, A, bounds, people=people, days=1, window_seconds=size, seed=seed * 7 + (label == "quiet"))
+        surges = plan_surges(1, per_day, wpd, share, rng=seed * 13 + 1, kinds=(kind,), first=warm + 1) if per_day else []
+        t0 = time.perf_counter()
+        res = replay_day(config, cached, traffic, surges, seed * 101 + (label == "quiet"), levels)
+        res["seconds"] = time.perf_counter() - t0
+        res["surges"] = [s.start for s in surges]
+        days[label] = res
+    rng = np.random.default_rng(seed + 555)
+    C = exact_constants(days["surge"]["n"], p, rng)
+    day = days["surge"]
+    starts = np.array(day["surges"], dtype=int)
+    stat = day["F"][starts] - p[None, :] * day["n"][starts, None]
+    exact_first = (stat >= C[None, :]).sum(axis=0)  # per level
+    private_first = sum(day["states"][s] == "fired" for s in starts)
+    out = {"set": name, "kind": kind, "people": people, "share": share, "seed": seed, "surges": int(starts.size),
+           "private_first": int(private_first), "exact_first": exact_first.tolist(),
+           "flagged_share": flagged_share, "seconds": [d["seconds"] for d in days.values()],
+           "surge_day_epsilon": day["spent"], "pages_surge_day": sum(s == "fired" for s in day["states"])}
+    if "quiet" in days:
+        q = days["quiet"]
+        out["false_pages"] = sum(s == "fired" for s in q["states"])
+        out["quiet_day_epsilon"] = q["spent"]
+        first_thr = next((t for t in q["thresholds"] if t is not None), None)
+        out["quiet_threshold"] = first_thr
+    return out
+
+
+PAIRS_HI = (0.002, 0.005, 0.01, 0.02, 0.05)
+PAIRS_RATIO = (1, 3, 10, 30)  # contamination_graded / contamination; 1 = the plain flag
+
+
+def sweep_levels(base: MonitorConfig, sets: list[str], kinds: list[str], seeds: int, scales) -> str:
+    """Expected first-window pages of the private alarm (its derived threshold and noise,
+    computed, not replayed) for each (contamination, contamination_graded) pair, summed over
+    data sets, kinds and seeds; with the exact detector at the best level per set beside it."""
+    from monitor.alarm.calibrate import _tail, baseline_rate_error, false_page_threshold, graded_weights
+    from monitor.data.anomalies import apply_recipe, draw_recipe
+
+    a = base.alarm
+    size = base.window.size_seconds
+    warm = int(math.ceil(a.baseline_warmup_seconds / size))
+    z = 3.69  # one window in 8,640 (30 days) above it, Gaussian
+    pairs = [(hi, hi * r) for hi in PAIRS_HI for r in PAIRS_RATIO if hi * r < 0.5]
+    total = {(p, sc): 0.0 for p in pairs for sc in scales}
+    exact_best = {sc: 0.0 for sc in scales}
+    for name in sets:
+        for seed in range(1, seeds + 1):
+            R, T, A, bounds = load_set(name, seed)
+            with tempfile.TemporaryDirectory() as tmp:
+                config = make_config(base, bounds, Path(tmp) / "unused.sqlite")
+            model = fit_model(config, R, seed)
+            s_norm = model.score_samples(T)
+            rng = np.random.default_rng(seed)
+            for kind in kinds:
+                if kind == "rows":
+                    s_anom = model.score_samples(A)
+                else:
+                    rows = T[rng.integers(T.shape[0], size=(6, 200))]
+                    stats = RowTraffic(T, None, bounds, people=10).stats
+                    s_anom = np.concatenate([model.score_samples(apply_recipe(draw_recipe(kind, stats, rng), r, stats, rng))
+                                             for r in rows])
+                levels = np.quantile(s_norm, 1.0 - np.array(LEVELS))
+                for sc in scales:
+                    people, share = sc
+                    n, k = float(people), share * people
+                    best = 0.0
+                    for t in levels:
+                        pn, qa = float((s_norm > t).mean()), float((s_anom > t).mean())
+                        sd = math.sqrt(k * qa * (1 - qa) + (n - k) * pn * (1 - pn))
+                        C = z * math.sqrt(n * pn * (1 - pn))
+                        best = max(best, float(_tail(C - k * (qa - pn), sd, 1e-9, 1e-9)) if sd > 0 else float(k * (qa - pn) >= C))
+                    exact_best[sc] += 6 * best
+                    for hi, lo in pairs:
+                        t_hi = model.threshold_for(hi)
+                        t_lo = model.threshold_for(lo) if lo > hi else t_hi
+                        wn, wa = graded_weights(s_norm, t_lo, t_hi), graded_weights(s_anom, t_lo, t_hi)
+                        tau = float(wn.mean())
+                        kappa = float((wn ** 2).mean() / tau) if tau > 0 else 1.0
+                        err = baseline_rate_error(tau, n, warm, a.epsilon_baseline_warmup, a.epsilon_baseline_events,
+                                                  min(a.baseline_flag_cap, warm), warm)
+                        thr = false_page_threshold(rate=tau, events=n, rate_error=err, epsilon_threshold=a.epsilon_threshold,
+                                                   epsilon_page=a.epsilon_page, false_pages_per_30_days=a.false_pages_per_30_days,
+                                                   window_seconds=size, kappa=kappa, swing=a.traffic_swing)
+                        mean = k * (float(wa.mean()) - tau)
+                        sd = math.sqrt(k * float(wa.var()) + (n - k) * float(wn.var()))
+                        total[((hi, lo), sc)] += 6 * _tail(round(thr - mean, 6), round(sd, 6), 1 / a.epsilon_page, 1 / a.epsilon_threshold)
+    lines = ["| contamination | contamination_graded | " + " | ".join(f"{p:,}/{s:.0%}: expected pages" for p, s in scales) + " |",
+             "|---|---|" + "---|" * len(scales)]
+    for hi, lo in pairs:
+        lines.append(f"| {hi:g} | {'-' if lo == hi else f'{lo:g}'} | " + " | ".join(f"{total[((hi, lo), sc)]:.1f}" for sc in scales) + " |")
+    lines.append("| exact, best level per set | | " + " | ".join(f"{exact_best[sc]:.1f}" for sc in scales) + " |")
+    return "\n".join(lines)
+
+
+def summarise(results: list[dict], contamination: float) -> str:
+    j_same = LEVELS.index(contamination) if contamination in LEVELS else int(np.argmin(np.abs(np.array(LEVELS) - contamination)))
+    lines = ["| scale | surges | private, paged in window 1 | exact, same level | exact, best level per set | exact, best one level | private / best per set | false pages (quiet days) | quiet day epsilon (max) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for people, share in sorted({(r["people"], r["share"]) for r in results}):
+        rs = [r for r in results if r["people"] == people and r["share"] == share]
+        surges = sum(r["surges"] for r in rs)
+        priv = sum(r["private_first"] for r in rs)
+        same = sum(r["exact_first"][j_same] for r in rs)
+        by_set: dict[str, np.ndarray] = {}
+        for r in rs:
+            key = f"{r['set']}/{r['kind']}"
+            by_set[key] = by_set.get(key, 0) + np.array(r["exact_first"])
+        best_each = int(sum(v.max() for v in by_set.values()))
+        best_one = int(max(sum(by_set.values())))
+        fp = sum(r.get("false_pages", 0) for r in rs)
+        qd = sum("false_pages" in r for r in rs)
+        qe = max((r.get("quiet_day_epsilon", 0.0) for r in rs), default=float("nan"))
+        lines.append(f"| {people:,} people, {share:.0%} surges | {surges} | {priv} | {same} | {best_each} | {best_one} | "
+                     f"{priv / max(best_each, 1):.2f} | {fp} in {qd} days | {qe:.2f} |")
+    lines += ["", "Per data set (all scales and seeds): flagged share of normal traffic at alarm.contamination "
+              f"({contamination:g}), and first-window pages private / exact at the best level:", "",
+              "| data set | kind | flagged share / configured | private | exact best | best level |", "|---|---|---|---|---|---|"]
+    for key in sorted({(r["set"], r["kind"]) for r in results}):
+        rs = [r for r in results if (r["set"], r["kind"]) == key]
+        ex = sum(np.array(r["exact_first"]) for r in rs)
+        fs = [r["flagged_share"] / contamination for r in rs]
+        lines.append(f"| {key[0]} | {key[1]} | {min(fs):.2f} to {max(fs):.2f} | {sum(r['private_first'] for r in rs)} | "
+                     f"{int(ex.max())} | {LEVELS[int(np.argmax(ex))]:g} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--sets", nargs="*", help="data sets (default: every set with at least 3,000 rows)")
+    ap.add_argument("--scales", nargs="*", default=None, help="people:share, e.g. 1500:0.05 10000:0.01")
+    ap.add_argument("--kinds", nargs="*", default=["rows"], help="anomaly kinds: rows (the set's outliers) and/or "
+                    "subtle_shift stuck_sensor correlated_drift far_outlier")
+    ap.add_argument("--config", default=str(REPO / "config.yaml"))
+    ap.add_argument("--sweep", action="store_true", help="choose the two levels: expected pages per pair (computed)")
+    ap.add_argument("--json", type=Path, help="write every result here")
+    ap.add_argument("--write", action="store_true", help="write the section of BENCHMARKS.md")
+    args = ap.parse_args()
+    base = load_config(args.config)
+    sets = args.sets or datasets()
+    scales = [(int(s.split(":")[0]), float(s.split(":")[1])) for s in args.scales] if args.scales else SCALES
+    if args.sweep:
+        t0 = time.perf_counter()
+        table = sweep_levels(base, sets, args.kinds, args.seeds, scales)
+        print(table)
+        if args.write:
+            cmd = " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_real.py", *sys.argv[1:]])
+            write_section("alarm-real-levels", f"### Choosing the alarm's two levels (issue 26)\n\n`{cmd}` "
+                          f"({time.perf_counter() - t0:.0f} s)\n\n{table}\n")
+        return
+    results = []
+    t0 = time.perf_counter()
+    for people, share in scales:
+        for name in sets:
+            for kind in args.kinds:
+                for seed in range(1, args.seeds + 1):
+                    # Quiet days do not depend on the anomaly kind: one per set, seed and scale.
+                    r = run_one(base, name, people, share, seed, quiet=kind == args.kinds[0], kind=kind)
+                    results.append(r)
+                    print(f"{people:>6} {share:.2f} {name:16s} {kind:16s} seed {seed}: private {r['private_first']}/{r['surges']}, "
+                          f"exact same {r['exact_first'][LEVELS.index(0.01)]}, best {max(r['exact_first'])}, "
+                          f"false {r.get('false_pages')}, flagged share {r['flagged_share']:.4f}, quiet eps "
+                          f"{r.get('quiet_day_epsilon', float('nan')):.2f}, T {r.get('quiet_threshold')}, "
+                          f"{sum(r['seconds']):.0f} s", flush=True)
+    table = summarise(results, base.alarm.contamination)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    if args.write:
+        cmd = " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_real.py", *sys.argv[1:]])
+        write_section("alarm-real", f"### Surge alarm on real labelled data (issue 26)\n\n`{cmd}` "
+                      f"({time.perf_counter() - t0:.0f} s on 1 core)\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
