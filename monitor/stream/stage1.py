@@ -231,7 +231,8 @@ class Stage1:
         if self._rebalancing or not self.stores:
             return _JOIN_POLL_MS
         close = min(s.next_close_time for s in self.stores.values())
-        return int(1000 * max(0.0, min(_MAX_POLL_MS / 1000, close - time.time())))
+        # At least 10 ms: a due window may wait a moment for its cut (the watcher's fetch).
+        return int(1000 * max(0.01, min(_MAX_POLL_MS / 1000, close - time.time())))
 
     def ship(self, now: float) -> int:
         """Send every due window's shard of each caught-up partition; commit. Returns shards sent."""
@@ -283,7 +284,12 @@ class Stage1:
             close = store.close_time(n)
             if close > assigned_at:
                 cut = cuts.get(n)
-                if cut is None:
+                if cut is None and close > time.time():
+                    # Closed early by window.on_stop "release_current": the log end now.
+                    cut = self.consumer.highwater(tp)
+                    if cut is None:
+                        break
+                elif cut is None:
                     if now < close + CUT_TIMEOUT_S:
                         break  # the watcher records it within milliseconds of the close
                     cut = self.consumer.highwater(tp)
@@ -368,8 +374,9 @@ class Stage1:
         from monitor.stream.clients import make_consumer
 
         s = self.config.stream
+        # No group (and so no static member id): it only reads log ends, never commits.
         consumer = make_consumer(self.service.bootstrap_servers, None, s.kafka, fetch_max_wait_ms=10,
-                                 max_partition_fetch_bytes=1024, max_poll_records=1)
+                                 max_partition_fetch_bytes=1024, max_poll_records=1, group_instance_id=None)
         try:
             consumer.assign(tps)
             for tp in tps:
