@@ -217,9 +217,9 @@ class AlarmSettings(_Strict):
 class ReportSettings(_Strict):
     """A window's detailed report (DESIGN 3 and 7, docs/report.md): on a page, and on a public schedule.
 
-    The shipped report says where: the event count, the alarm's flagged count, and which
-    feature (the model's one-feature grids) carries the most flagged events beyond normal
-    traffic, with that part's count. The seed's distance-based outlier count and top-h
+    The shipped report says where: the event count, the alarm's flagged count, and the
+    flagged events counted by the feature (the model's one-feature grids) that finds each
+    one most unusual, naming the features that carry them. The seed's distance-based outlier count and top-h
     subspaces are off by default: at a share of a 0.3 report their 95 % intervals are far
     wider than anything a window holds (``noise_problems`` refuses such a setting).
     """
@@ -240,14 +240,11 @@ class ReportSettings(_Strict):
     )
     epsilon_events: float = Field(0.03, gt=0, description="Epsilon of the report's event count (sensitivity 1).")
     epsilon_flagged: float = Field(0.05, gt=0, description="Epsilon of the count of flagged events, at the alarm's threshold (sensitivity 1).")
-    top_grids: int = Field(
-        1, ge=1, description="How many parts (features, from the model's one-feature grids; or grids) the report's 'where' "
-        "picks: those whose share of the flagged events rises most above normal traffic."
-    )
     epsilon_grids: float = Field(
-        0.1, gt=0, description="Epsilon of picking the 'where' parts (report-noisy-max on monotone counts; shared by the top_grids picks)."
+        0.2, gt=0, description="Epsilon of the report's 'where': the flagged events counted by the feature (the model's "
+        "one-feature grids; else its grids) that finds each most unusual. Each event is in one part, so the whole "
+        "histogram is one release of sensitivity 1 (Laplace on every part)."
     )
-    epsilon_grid_count: float = Field(0.1, gt=0, description="Epsilon of each picked part's flagged count (sensitivity 1).")
     k: int = Field(5, ge=1, description="An event is an outlier when fewer than k other events lie within radius.")
     radius: float = Field(0.1, gt=0, description="Neighbourhood radius in the scaled [0,1] space (normalised distance).")
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
@@ -290,7 +287,7 @@ class ReportSettings(_Strict):
             parts.append(self.epsilon_count)
             delta += self.delta_count
         if n_grids > 1:
-            parts += [self.epsilon_grids] + [self.epsilon_grid_count] * min(self.top_grids, n_grids)
+            parts.append(self.epsilon_grids)
         if h:
             parts += [self.epsilon_top] + [self.epsilon_top_count] * h
             delta += h * self.delta_top_count
@@ -304,14 +301,14 @@ class ReportSettings(_Strict):
 
         >>> acc = ReportSettings().count_accuracies(n_features=5, n_grids=9)
         >>> sorted(acc), round(acc["epsilon_flagged"], 1)
-        (['epsilon_events', 'epsilon_flagged', 'epsilon_grid_count'], 59.9)
+        (['epsilon_events', 'epsilon_flagged', 'epsilon_grids'], 59.9)
         """
         from monitor.outliers.mechanisms import choose_mechanism, noise_std
 
         ln20 = math.log(20.0)  # a Laplace variable exceeds ln(20) scales with probability 5 %
         out = {"epsilon_events": ln20 / self.epsilon_events, "epsilon_flagged": ln20 / self.epsilon_flagged}
         if n_grids > 1:
-            out["epsilon_grid_count"] = ln20 / self.epsilon_grid_count
+            out["epsilon_grids"] = ln20 / self.epsilon_grids
 
         def seed_count(eps: float, delta: float, dim: int) -> float:
             mech = choose_mechanism(eps, delta, self.k, dim) if self.mechanism == "auto" else self.mechanism

@@ -33,7 +33,7 @@ from monitor.alarm.calibrate import baseline_problem, normal_weight_kappa, weigh
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
-from monitor.report import release_report
+from monitor.report import candidate_parts, grid_unusual, normal_part_shares, release_report
 from monitor.stream.windows import ClosedWindow
 
 __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
@@ -291,15 +291,19 @@ class WindowReleaser:
     def _report(self, window: ClosedWindow, flagged: np.ndarray, reason: str | None = None) -> dict:
         cfg = self.config
         X = scale_to_unit(window.X, cfg.bounds) if window.n_events else np.zeros((0, len(cfg.features)))
-        grid_flagged = None
+        unusual, normal_parts = None, None
         if self.n_grids > 1:
-            grid_flagged = (self.model.grid_scores(window.X) > self.grid_thresholds[None, :] if window.n_events
-                            else np.zeros((0, self.n_grids), bool))
-        # Each grid's threshold is calibrated to flag alarm.contamination of normal traffic:
-        # that share times the event count is what a part holds without a surge.
+            unusual = grid_unusual(self.model, window.X, self.grid_thresholds)
+            if getattr(self, "_normal_parts", None) is None:  # public post-processing of the model, once
+                cands = candidate_parts(self.grid_features, self.n_grids)
+                self._normal_parts = normal_part_shares(self.model, self.alarm_threshold, self.grid_thresholds, cands)
+            normal_parts = self._normal_parts
+        # Normal traffic's flagged share: the released baseline when there is one (public).
+        base = self.baseline.estimate
+        share = base.rate if base is not None else cfg.alarm.contamination
         return release_report(X, flagged, cfg.report, cfg.feature_names, rng=self._noise,
-                              grid_flagged=grid_flagged, grid_names=self.grid_names, grid_features=self.grid_features,
-                              normal_share=cfg.alarm.contamination, reason=reason)
+                              grid_unusual=unusual, grid_names=self.grid_names, grid_features=self.grid_features,
+                              normal_share=share, normal_parts=normal_parts, reason=reason)
 
 
 def _run_end(window_end: float, run_seconds: float) -> float:

@@ -37,10 +37,10 @@ def window() -> tuple[np.ndarray, np.ndarray]:
 
 def test_report_shape_and_total_cost(window):
     X, flagged = window
-    settings = ReportSettings(top_h=2, epsilon_count=0.8, top_grids=2)
-    grids = np.zeros((300, 3), bool)
-    grids[:40, 1] = True
-    rec = release_report(X, flagged, settings, NAMES, rng=3, grid_flagged=grids, grid_names=["hr", "spo2", "temp"],
+    settings = ReportSettings(top_h=2, epsilon_count=0.8)
+    unusual = np.zeros((300, 3))
+    unusual[:40, 1] = 1.0  # the flagged events are most unusual in spo2
+    rec = release_report(X, flagged, settings, NAMES, rng=3, grid_unusual=unusual, grid_names=["hr", "spo2", "temp"],
                          grid_features=[(0,), (1,), (2,)], normal_share=0.01, reason="alarm")
     assert set(rec) == {"event_count", "outlier_count", "flagged_count", "top_subspaces", "top_subspaces_epsilon", "where",
                         "headline", "epsilon", "delta"}
@@ -53,13 +53,14 @@ def test_report_shape_and_total_cost(window):
         assert t["features"] == [NAMES[i] for i in t["subspace"]]
         assert set(t["count"]) == PUBLIC_FIELDS
     where = rec["where"]
-    assert where["selection"]["epsilon"] == settings.epsilon_grids
-    assert [p["rank"] for p in where["parts"]] == [1, 2]
-    assert where["features"][0] == where["parts"][0]["features"][0]  # the first pick is always named
+    assert where["epsilon"] == settings.epsilon_grids and where["mechanism"] == "laplace_global"
+    assert [p["rank"] for p in where["parts"]] == [1, 2, 3]  # every part of the histogram is published
+    assert where["features"] == where["parts"][0]["features"]
     for p in where["parts"]:
-        assert set(p["flagged_count"]) == PUBLIC_FIELDS and p["normal_share"] == 0.01
-    counts = [rec["outlier_count"], rec["flagged_count"], rec["event_count"]] + [p["flagged_count"] for p in where["parts"]] + \
-        [t["count"] for t in rec["top_subspaces"]]
+        assert set(p["flagged_count"]) == PUBLIC_FIELDS and p["flagged_count"]["epsilon"] == settings.epsilon_grids
+    assert sum(p["flagged_count"]["value"] for p in where["parts"]) == pytest.approx(rec["flagged_count"]["value"])
+    counts = [rec["outlier_count"], rec["flagged_count"], rec["event_count"]] + [t["count"] for t in rec["top_subspaces"]]
+    # The histogram is one release: its epsilon is paid once, whatever the number of parts.
     assert rec["epsilon"] == pytest.approx(sum(p["epsilon"] for p in counts) + rec["top_subspaces_epsilon"] + settings.epsilon_grids)
     assert (rec["epsilon"], rec["delta"]) == settings.cost(len(NAMES), 3)
     for p in counts:  # a public interval only where the noise scale is public

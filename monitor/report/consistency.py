@@ -17,8 +17,9 @@ import itertools
 from typing import Sequence
 
 import numpy as np
+from scipy.optimize import nnls
 
-__all__ = ["project_nested"]
+__all__ = ["project_nested", "project_partition"]
 
 # 2^(edges) candidate block structures are tried: plenty for a report's handful of counts.
 _MAX_EDGES = 12
@@ -89,3 +90,43 @@ def project_nested(values: Sequence[float], weights: Sequence[float], parents: S
         if p >= 0:
             out[i] = min(out[i], out[p])
     return out
+
+
+def project_partition(events: float, flagged: float, parts: Sequence[float], w_events: float, w_flagged: float,
+                      w_parts: Sequence[float]) -> tuple[float, float, np.ndarray]:
+    """Closest point (weighted least squares) with parts >= 0 that sum to flagged, and
+    flagged <= events: the report's counts when every flagged event is in one part.
+
+    Written as non-negative least squares in (parts, slack), flagged = sum(parts) and
+    events = flagged + slack, and solved exactly (scipy's active-set NNLS). Post-processing.
+
+    >>> e, f, p = project_partition(300.0, 23.0, [89.0, -5.0], 1.0, 1.0, [1.0, 1.0])
+    >>> 0 <= p.min() and abs(p.sum() - f) < 1e-9 and f <= e
+    True
+    """
+    y = np.asarray(parts, dtype=float)
+    wp = np.asarray(w_parts, dtype=float)
+    vals = np.array([events, flagged, *y], dtype=float)
+    if not np.all(np.isfinite(vals)):
+        raise ValueError("values must be finite")
+    if not np.all(np.isfinite(wp)) or np.any(wp <= 0) or not (w_events > 0 and w_flagged > 0) or wp.shape != y.shape:
+        raise ValueError("weights must be positive and finite, one per part")
+    m = y.size
+    if m == 0:
+        x = project_nested([events, flagged], [w_events, w_flagged], [-1, 0])
+        return float(x[0]), float(x[1]), np.zeros(0)
+    # Scale by the largest magnitude so NNLS works on numbers near 1 whatever the counts.
+    scale = max(1.0, float(np.abs(vals).max()))
+    A = np.zeros((m + 2, m + 1))
+    b = np.zeros(m + 2)
+    A[:m, :m] = np.diag(np.sqrt(wp))
+    b[:m] = np.sqrt(wp) * y / scale
+    A[m, :m] = np.sqrt(w_flagged)
+    b[m] = np.sqrt(w_flagged) * flagged / scale
+    A[m + 1, :] = np.sqrt(w_events)
+    b[m + 1] = np.sqrt(w_events) * events / scale
+    z, _ = nnls(A, b, maxiter=50 * (m + 1))
+    p = np.maximum(z[:m], 0.0) * scale
+    f = float(p.sum())
+    e = f + max(float(z[m]), 0.0) * scale
+    return e, f, p

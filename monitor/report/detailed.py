@@ -11,8 +11,8 @@ import numpy as np
 from monitor.config import ReportSettings
 from monitor.dp import Release, laplace_count, noise_source
 from monitor.outliers import private_count, private_top_subspace_counts
-from monitor.report.consistency import project_nested
-from monitor.report.where import candidate_parts, part_counts, part_release, pick_parts
+from monitor.report.consistency import project_partition
+from monitor.report.where import candidate_parts, part_counts, release_parts
 
 __all__ = ["release_report", "headline"]
 
@@ -30,10 +30,11 @@ def release_report(
     settings: ReportSettings,
     feature_names: Sequence[str],
     rng: "None | int | np.random.Generator" = None,
-    grid_flagged: "np.ndarray | None" = None,
+    grid_unusual: "np.ndarray | None" = None,
     grid_names: Sequence[str] = (),
     grid_features: "Sequence[Sequence[int]] | None" = None,
-    normal_share: "float | Sequence[float]" = 0.0,
+    normal_share: float = 0.0,
+    normal_parts: "Sequence[float] | None" = None,
     reason: str | None = None,
 ) -> dict:
     """Release one window's detailed report; returns its JSON-ready dict.
@@ -46,30 +47,35 @@ def release_report(
     flagged:
         Shape (n,): which events the model flags (the alarm's threshold).
     settings:
-        The ``report`` block of the config: epsilon shares, top_grids, and the seed's
+        The ``report`` block of the config: epsilon shares, and the seed's
         optional parts (k, radius, mechanism, epsilon_count, top_h).
     feature_names:
         The d feature names.
     rng:
         None in production (OpenDP); a seed or Generator for tests.
-    grid_flagged, grid_names, grid_features:
-        Shape (n, G): which events each of the model's G grids flags at its calibrated
-        threshold, the grids' names, and (optional) each grid's feature indices. With G >
-        1 the report's ``where`` picks the parts (one-feature grids when the layout has at
-        least two, else grids) whose flagged events rise most above normal traffic.
-    normal_share:
-        Public: the share of normal traffic each grid flags (the contamination its
-        threshold is calibrated to), one number or one per grid.
+    grid_unusual, grid_names, grid_features:
+        Shape (n, G): how unusual each event is by each of the model's G grids, on one
+        scale across grids (higher = more unusual); the grids' names, and (optional) each
+        grid's feature indices. With G > 1 the report's ``where`` counts the flagged events
+        by the part (one-feature grid when the layout has at least two, else grid) that
+        finds each most unusual, and names the parts that rise above normal traffic.
+    normal_share, normal_parts:
+        Public: the share of normal events the alarm flags (its released baseline rate, or
+        its calibrated contamination), and how normal traffic's flagged events spread over
+        the parts (``normal_part_shares``; even when None). A part's excess is its count
+        less normal_parts[part] x normal_share x the noisy event count.
     reason:
         "alarm" for a page (the headline then says "surge"), anything else otherwise.
 
     Guarantee: (epsilon, delta)-DP for add/remove neighbouring windows, with (epsilon,
     delta) = ``settings.cost(d, G)`` (basic composition of the parts), provided each
     privacy unit contributes at most one event to the window. The event, flagged and part
-    counts have sensitivity 1 (Laplace); the picks are report-noisy-max on monotone
-    scores of sensitivity 1 (``pick_parts``); the seed's counts have their own guarantees
+    counts have sensitivity 1 (Laplace); the parts' histogram has L1 sensitivity 1 (each
+    flagged event is in one part), Laplace on every part (``release_parts``); the seed's
+    counts have their own guarantees
     (``monitor.outliers``). Everything after the draws (the projection onto nested,
-    non-negative counts, the excess, the named features, the headline) is post-processing.
+    non-negative counts, the ranking, the excess, the named features, the headline) is
+    post-processing.
 
     >>> rec = release_report(np.zeros((0, 2)), np.zeros(0, bool), ReportSettings(), ["hr", "spo2"], rng=1)
     >>> sorted(rec)
@@ -100,27 +106,27 @@ def release_report(
         )
 
     n_grids = len(grid_names)
-    parts: list[tuple[int, Release]] = []  # (grid index, its part's count)
-    shares = np.zeros(0)
+    cands: list[int] = []
+    parts: list[Release] = []
     if n_grids > 1:
-        G = np.asarray(grid_flagged, dtype=bool).reshape(X.shape[0], n_grids)
+        U = np.asarray(grid_unusual, dtype=float).reshape(X.shape[0], n_grids)
         cands = candidate_parts(grid_features, n_grids)
-        shares = np.broadcast_to(np.asarray(normal_share, dtype=float), (n_grids,))
-        counts = part_counts(flagged, G, cands)
-        picks = pick_parts(counts, shares[cands], events.value, min(settings.top_grids, len(cands)),
-                           settings.epsilon_grids, src)
-        parts = [(cands[j], part_release(counts[j], settings.epsilon_grid_count, src)) for j in picks]
+        parts = release_parts(part_counts(flagged, U, cands), settings.epsilon_grids, src)
 
     # Post-processing from here on: nothing below reads the window.
     accuracy = settings.count_accuracies(d, n_grids)
-    events, flagged_release, outliers, subspaces, parts = _consistent(
-        events, flagged_release, outliers, subspaces, parts, accuracy)
+    events, flagged_release, parts = _consistent(events, flagged_release, parts, accuracy)
+    # The seed's optional counts are events too: clamped into [0, events].
+    if outliers is not None:
+        outliers = _with_value(outliers, min(max(outliers.value, 0.0), events.value))
+    subspaces = [(sub, _with_value(c, min(max(c.value, 0.0), events.value))) for sub, c in subspaces]
 
     top = [{"subspace": [int(i) for i in s], "features": [feature_names[i] for i in s], "rank": rank, "count": _public(c)}
            for rank, (s, c) in enumerate(subspaces, start=1)]
     where = None
     if n_grids > 1:
-        where = _where(parts, shares, events, grid_names, grid_features, feature_names, settings)
+        pi = np.full(len(cands), 1.0 / len(cands)) if normal_parts is None else np.asarray(normal_parts, dtype=float)
+        where = _where(cands, parts, float(normal_share) * pi, events, grid_names, grid_features, feature_names, settings)
     epsilon, delta = settings.cost(d, n_grids)
     rec = {
         "event_count": _public(events),
@@ -136,69 +142,58 @@ def release_report(
     return rec
 
 
-def _consistent(events: Release, flagged: Release, outliers: Release | None, subspaces: list, parts: list,
-                accuracy: dict[str, float]):
-    """Project the noisy counts onto the nested, non-negative set (post-processing).
-
-    Tree: events >= flagged >= each 'where' part; events >= the seed's outlier count and
-    each subspace's count; all >= 0. Weights are 1 / variance from PUBLIC half-widths only
-    (a smooth count's own scale follows the data and must not steer the projection). Each
-    release keeps its epsilon, mechanism and published half-width.
+def _consistent(events: Release, flagged: Release, parts: list[Release], accuracy: dict[str, float]):
+    """Project the noisy counts onto the consistent set (post-processing): parts >= 0 that
+    add up to the flagged count (each flagged event is in one part), flagged <= events.
+    Without parts: 0 <= flagged <= events. Weights are 1 / variance from PUBLIC half-widths
+    only. Each release keeps its epsilon, mechanism and published half-width.
     """
-    rels = [events, flagged] + [c for _, c in parts]
-    keys = ["epsilon_events", "epsilon_flagged"] + ["epsilon_grid_count"] * len(parts)
-    parents = [-1, 0] + [1] * len(parts)
-    if outliers is not None:
-        rels.append(outliers), keys.append("epsilon_count"), parents.append(0)
-    for _, c in subspaces:
-        rels.append(c), keys.append("epsilon_top_count"), parents.append(0)
-    weights = [1.0 / accuracy[key] ** 2 for key in keys]
-    values = project_nested([float(x.value) for x in rels], weights, parents)
-    out = [_with_value(rel, v) for rel, v in zip(rels, values)]
-    it = iter(out)
-    events, flagged = next(it), next(it)
-    parts = [(g, next(it)) for g, _ in parts]
-    if outliers is not None:
-        outliers = next(it)
-    subspaces = [(s, next(it)) for s, _ in subspaces]
-    return events, flagged, outliers, subspaces, parts
+    w = {key: 1.0 / half ** 2 for key, half in accuracy.items()}
+    e, f, p = project_partition(events.value, flagged.value, [x.value for x in parts], w["epsilon_events"],
+                                w["epsilon_flagged"], [w.get("epsilon_grids", 1.0)] * len(parts))
+    return _with_value(events, e), _with_value(flagged, f), [_with_value(x, v) for x, v in zip(parts, p)]
 
 
 def _with_value(release: Release, value: float) -> Release:
     return dataclasses.replace(release, value=float(value))
 
 
-def _where(parts: list[tuple[int, Release]], shares: np.ndarray, events: Release, grid_names: Sequence[str],
-           grid_features: "Sequence[Sequence[int]] | None", feature_names: Sequence[str],
-           settings: ReportSettings) -> dict:
-    """The 'where' block: the picked parts, best first, each with its flagged count, what
-    normal traffic would give it, and its excess; and the features it names.
+def _where(cands: list[int], parts: list[Release], shares: np.ndarray, events: Release, grid_names: Sequence[str],
+           grid_features: "Sequence[Sequence[int]] | None", feature_names: Sequence[str], settings: ReportSettings) -> dict:
+    """The 'where' block: every part, largest excess first, with its flagged count, what
+    normal traffic would put in it (its share of the normal flags times the noisy event
+    count), and its excess; and the features it names.
 
-    The excess is the part's count less its normal share of the (noisy) event count,
-    floored at 0, with a conservative 95 % half-width (the two counts' half-widths added).
-    The first pick is always named (the pick itself is the evidence); a later one only if
-    its excess is above 0 with 95 % confidence, so a surge in one feature names one.
+    The excess is floored at 0 and has a conservative 95 % half-width (the two
+    half-widths added). The part with the largest excess is named when that excess is
+    positive; a later one only if its excess is above 0 with 95 % confidence and at least
+    half the first's (a surge carried by two features names both; normal flags that the
+    normal shares underestimate, or a surge's spill-over, do not add a feature).
     """
+    normal = shares * events.value
+    normal_acc = shares * (events.accuracy or 0.0)
+    excess = np.array([p.value for p in parts]) - normal
+    order = sorted(range(len(parts)), key=lambda j: -excess[j])
     out_parts, named = [], []
-    for rank, (g, count) in enumerate(parts, start=1):
-        share = float(shares[g])
-        acc = (count.accuracy or 0.0) + share * (events.accuracy or 0.0)
-        excess = count.value - share * events.value
+    for rank, j in enumerate(order, start=1):
+        g, count = cands[j], parts[j]
+        acc = (count.accuracy or 0.0) + normal_acc[j]
         feats = [feature_names[i] for i in grid_features[g]] if grid_features is not None else grid_names[g].split("+")
         out_parts.append({
             "rank": rank,
             "grid": grid_names[g],
             "features": feats,
             "flagged_count": _public(count),
-            "normal_share": share,
-            "excess": {"value": max(0.0, float(excess)), "accuracy": float(acc)},
+            "normal": float(normal[j]),
+            "excess": {"value": max(0.0, float(excess[j])), "accuracy": float(acc)},
         })
-        if rank == 1 or excess - acc > 0:
+        top = excess[order[0]]
+        if (rank == 1 and excess[j] > 0) or (excess[j] - acc > 0 and excess[j] >= 0.5 * top):
             named += [f for f in feats if f not in named]
     return {
         "features": named,
         "parts": out_parts,
-        "selection": {"epsilon": settings.epsilon_grids, "delta": 0.0, "mechanism": "exponential"},
+        "epsilon": settings.epsilon_grids, "delta": 0.0, "mechanism": "laplace_global",
     }
 
 
@@ -206,15 +201,18 @@ def headline(report: dict, reason: str | None = None) -> str:
     """A short human line for logs and ``monitor alerts``: where, and how many flagged
     events beyond normal, with the 95 % half-width. Post-processing of the report.
 
-    >>> headline({"where": {"features": ["temperature", "vibration"], "parts": [{"excess": {"value": 41.2, "accuracy": 12.0}}]},
+    >>> parts = [{"features": ["temperature"], "excess": {"value": 30.2, "accuracy": 6.0}},
+    ...          {"features": ["vibration"], "excess": {"value": 11.0, "accuracy": 6.0}}]
+    >>> headline({"where": {"features": ["temperature", "vibration"], "parts": parts},
     ...           "flagged_count": {"value": 60.0, "accuracy": 60.0}, "event_count": {"value": 300.0, "accuracy": 100.0}}, "alarm")
     'surge in temperature+vibration: +41 flagged (+-12)'
     """
     where = report.get("where") or {}
-    first = (where.get("parts") or [None])[0]
-    if where.get("features") and first is not None:
-        ex = first["excess"]
-        what = f"+{ex['value']:.0f} flagged (+-{ex['accuracy']:.0f})"
+    named = [p for p in where.get("parts") or [] if set(p["features"]) & set(where.get("features") or [])]
+    if named:
+        value = sum(p["excess"]["value"] for p in named)
+        acc = sum(p["excess"]["accuracy"] for p in named)  # conservative: half-widths add
+        what = f"+{value:.0f} flagged (+-{acc:.0f})"
         place = "+".join(where["features"])
         return f"surge in {place}: {what}" if reason == "alarm" else f"{place}: {what} beyond normal"
     f, n = report["flagged_count"], report["event_count"]

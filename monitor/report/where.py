@@ -1,7 +1,13 @@
-"""Where a surge is: the parts (features, or model grids) whose flagged events rise most
-above normal traffic, picked privately, with each picked part's count (DESIGN 7).
+"""Where a surge is: the report's flagged events counted by the feature (the model's
+one-feature grids) that finds each one most unusual (DESIGN 7).
 
 The private maths of a report's 'where': no streaming, no Kafka, no Prometheus.
+
+Each flagged event goes to exactly one part, so the parts' counts form a histogram that
+one event moves by at most 1 in total (L1 sensitivity 1): Laplace noise of scale
+1 / epsilon on every part releases the whole histogram at epsilon (pure DP, parallel
+composition), and picking its largest parts is post-processing (report-noisy-max with
+Laplace noise, with the counts published besides).
 """
 
 from __future__ import annotations
@@ -12,15 +18,15 @@ import numpy as np
 
 from monitor.dp import NoiseSource, Release, laplace_count
 
-__all__ = ["candidate_parts", "part_counts", "pick_parts"]
+__all__ = ["candidate_parts", "grid_unusual", "normal_part_shares", "part_counts", "release_parts"]
 
 
 def candidate_parts(grid_features: Sequence[Sequence[int]] | None, n_grids: int) -> list[int]:
-    """Which grids the 'where' picks among (public: the model's layout only).
+    """Which grids the 'where' counts by (public: the model's layout only).
 
-    The one-feature (marginal) grids when the layout has at least two: they name one
-    feature each, so a pick never names a feature the surge did not touch along with one
-    it did. Otherwise every grid.
+    The one-feature (marginal) grids when the layout has at least two: each names one
+    feature, so a part never names a feature the surge did not touch along with one it
+    did. Otherwise every grid.
 
     >>> candidate_parts([(0, 1, 2), (2, 3, 4), (0,), (1,), (2,)], 5)
     [2, 3, 4]
@@ -34,35 +40,79 @@ def candidate_parts(grid_features: Sequence[Sequence[int]] | None, n_grids: int)
     return list(range(n_grids))
 
 
-def part_counts(flagged: np.ndarray, grid_flagged: np.ndarray, candidates: Sequence[int]) -> np.ndarray:
-    """Per candidate grid, the flagged events (the alarm's flags) that grid also flags.
+def part_counts(flagged: np.ndarray, grid_unusual: np.ndarray, candidates: Sequence[int]) -> np.ndarray:
+    """Per candidate grid, the flagged events that grid finds the most unusual of the candidates.
 
-    A part of the flagged count by construction (the report's whole), so the published
-    numbers can be made to nest. Adding or removing one event moves every part by 0 or
-    1, all in the same direction: monotone counts of sensitivity 1.
+    ``grid_unusual`` (n, G) says how unusual each event is by each grid on one common
+    scale (higher = more unusual; e.g. minus the calibrated share of normal events that
+    score higher by that grid). Each flagged event counts in exactly one part (ties go to
+    the first candidate), so the counts sum to the flagged count and adding or removing
+    one event changes one part by 1: L1 sensitivity 1.
+
+    >>> part_counts(np.array([True, True, False]), np.array([[0.1, 0.9], [0.8, 0.2], [0.0, 1.0]]), [0, 1]).tolist()
+    [1.0, 1.0]
     """
-    G = np.asarray(grid_flagged, dtype=bool)
     f = np.asarray(flagged, dtype=bool).reshape(-1)
-    return (G[:, list(candidates)] & f[:, None]).sum(axis=0).astype(float)
+    U = np.asarray(grid_unusual, dtype=float)[:, list(candidates)]
+    out = np.zeros(len(candidates))
+    if f.any():
+        # NaN (a grid that cannot say) never wins
+        np.add.at(out, np.argmax(np.nan_to_num(U[f], nan=-np.inf), axis=1), 1.0)
+    return out
 
 
-def pick_parts(counts: np.ndarray, normal_share: np.ndarray, events_noisy: float, h: int, epsilon: float,
-               src: NoiseSource) -> list[int]:
-    """Indices (into ``counts``) of the h parts with the largest excess over normal traffic.
+def release_parts(counts: np.ndarray, epsilon: float, src: NoiseSource) -> list[Release]:
+    """The whole histogram of parts: Laplace(1 / epsilon) on every count.
 
-    The score of part j is ``counts[j] - normal_share[j] * events_noisy``: its flagged
-    events less what normal traffic gives it at the window's (already released, noisy)
-    event count. Given that release the scores are monotone of sensitivity 1 (only the
-    counts depend on the window), so report-noisy-max with exponential noise of scale
-    h / epsilon (permute-and-flip) makes the h picks together epsilon-DP for add/remove
-    neighbouring windows (one event per privacy unit), by adaptive composition after the
-    event count's own release. With one normal share for every part the subtraction does
-    not change the ranking: it matters when the model's grids are calibrated apart.
+    Guarantee: epsilon-DP for add/remove neighbouring windows (one event per privacy
+    unit), since the histogram has L1 sensitivity 1 (``part_counts``).
     """
-    scores = np.asarray(counts, dtype=float) - np.asarray(normal_share, dtype=float) * float(events_noisy)
-    return src.top_k(scores, h, scale=h / epsilon, monotonic=True)
+    return [laplace_count(int(c), epsilon, sensitivity=1.0, rng=src) for c in counts]
 
 
-def part_release(count: float, epsilon: float, src: NoiseSource) -> Release:
-    """A picked part's flagged count: Laplace, scale 1 / epsilon (epsilon-DP, sensitivity 1)."""
-    return laplace_count(int(count), epsilon, sensitivity=1.0, rng=src)
+def grid_unusual(model, X_raw: np.ndarray, grid_thresholds: np.ndarray) -> np.ndarray:
+    """How unusual each event is by each of the model's grids, on one scale across grids.
+
+    Minus the calibrated share of normal events that score higher by that grid (from the
+    model's released histograms of held-apart rows, ``model.calibration_.grids``), ties
+    broken by the score over the grid's threshold; for a model without per-grid
+    calibration, the score over the grid's threshold alone. Post-processing of the model,
+    free; computed inside the trust boundary like the flags.
+    """
+    X_raw = np.asarray(X_raw, dtype=float)
+    n_grids = len(grid_thresholds)
+    if not len(X_raw):
+        return np.zeros((0, n_grids))
+    scores = model.grid_scores(X_raw)
+    ratio = scores / np.maximum(np.asarray(grid_thresholds, dtype=float)[None, :], 1e-12)
+    hists = getattr(getattr(model, "calibration_", None), "grids", None)
+    if not hists or len(hists) != n_grids:
+        return ratio
+    share = np.column_stack([np.asarray(h.share_above(scores[:, i]), dtype=float) for i, h in enumerate(hists)])
+    return -share + 1e-9 * np.tanh(ratio)
+
+
+def normal_part_shares(model, alarm_threshold: float, grid_thresholds: np.ndarray, candidates: Sequence[int],
+                       seed: int = 0) -> np.ndarray:
+    """How the flagged events of NORMAL traffic spread over the parts: shares summing to 1.
+
+    Drawn from the model's own noisy mass (its public synthetic sample, fixed seed): the
+    points it flags at the alarm's threshold, attributed like window events. Post-processing
+    of the private model, free. Normal flags are not spread evenly: a heavy-tailed feature
+    holds many of them, and without this a surge elsewhere would name it too. Even shares
+    when the model cannot draw a sample (or flags none of it).
+    """
+    m = len(candidates)
+    even = np.full(m, 1.0 / m)
+    sample = getattr(model, "_synthetic", None)
+    if sample is None:
+        return even
+    U = sample(np.random.default_rng(seed))
+    bounds = np.asarray(model.bounds_, dtype=float)
+    X = bounds[:, 0] + U * (bounds[:, 1] - bounds[:, 0])  # back to raw units: the model scales them again
+    flags = model.score_samples(X) > alarm_threshold
+    if flags.sum() < 10 * m:
+        return even
+    counts = part_counts(flags, grid_unusual(model, X, grid_thresholds), candidates)
+    # A little even mass, so that no part is expected to hold nothing (the sample is finite).
+    return 0.9 * counts / counts.sum() + 0.1 * even

@@ -1,0 +1,244 @@
+"""Does a page's report say where? (issue 28)
+
+Surges whose anomalies deviate in known features, at 1,500 people and 5 % of them
+anomalous, with the shipped config's ``report`` block and model settings:
+
+- the vitals simulator's kinds (clustered and spread desaturation episodes, subtle shifts,
+  stuck sensors, correlated drift, far outliers), and
+- rows of the shared anomaly benchmarks (``../shared/datasets``: normal rows as traffic,
+  synthetic kinds injected into chosen features of them).
+
+For each surge window the model (fitted on held-apart reference rows, the shipped epsilon)
+flags the events and ``release_report`` releases the report as the releaser would on a
+page. Ground truth per window: for subtle shifts and stuck sensors, the features the surge's
+recipe chose; for the other kinds a feature is *affected* when at least 20 % of the surge's
+anomalous rows lie more than 2 normal standard deviations from the normal centre in it
+(5 % would by chance). Measured: how often the report names an affected feature, how
+often it names one that is not, consistency (no part above its whole, no count below 0),
+every published count's 95 % half-width against its plausible range [0, max_events], and
+the report's epsilon.
+
+The alarm's own paging decision is the alarm's benchmark (``bench_alarm.py``); here
+every surge window is reported ("all"), and separately the windows whose true flagged
+excess over the normal share is at least 30 events ("visible", about what pages at the
+shipped threshold).
+
+    python bench/bench_report.py --seeds 2 --surges 20          # about a minute on one core
+    python bench/bench_report.py --seeds 3 --surges 30 --write  # BENCHMARKS.md section "report"
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from monitor.config import load_config  # noqa: E402
+from monitor.data.anomalies import SYNTHETIC_KINDS, FeatureStats, draw_recipe  # noqa: E402
+from monitor.data.traffic import RowTraffic, Surge, Traffic  # noqa: E402
+from monitor.data.vitals import VITAL_FEATURES, simulate_vitals  # noqa: E402
+from monitor.features import scale_to_unit  # noqa: E402
+from monitor.model import GridKNN  # noqa: E402
+from monitor.report import candidate_parts, grid_unusual, normal_part_shares, release_report  # noqa: E402
+
+PEOPLE, SHARE = 1500, 0.05
+DATASETS = ("2_annthyroid", "23_mammography", "29_Pima")
+SIM_KINDS = ("clustered", "spread", *SYNTHETIC_KINDS)
+ROW_KINDS = ("subtle_shift", "stuck_sensor", "far_outlier")
+
+
+def affected_features(X_anom: np.ndarray, stats: FeatureStats) -> set[int]:
+    z = np.abs(X_anom - stats.center) / stats.scale
+    return {int(j) for j in np.flatnonzero((z > 2.0).mean(axis=0) >= 0.2)}
+
+
+class Source:
+    """A fitted model and a traffic generator for one data source."""
+
+    def __init__(self, name: str, names: list[str], bounds: np.ndarray, reference: np.ndarray, traffic_for, cfg, seed: int):
+        self.name, self.names, self.bounds = name, names, bounds
+        m = cfg.model
+        self.model = GridKNN(epsilon=m.epsilon, bounds=bounds, contamination=m.contamination, random_state=seed,
+                             feature_names=names).fit(reference)
+        c = cfg.alarm.contamination
+        self.alarm_threshold = float(self.model.threshold_for(c))
+        self.n_grids = len(self.model.grids_)
+        self.grid_names = self.model.grid_names(names)
+        self.grid_thresholds = self.model.grid_thresholds(c)
+        self.grid_features = [tuple(int(f) for f in g.features) for g in self.model.grids_]
+        self.traffic_for = traffic_for
+        self.normal_parts = normal_part_shares(self.model, self.alarm_threshold, self.grid_thresholds,
+                                               candidate_parts(self.grid_features, self.n_grids))
+
+
+def vitals_source(cfg, seed: int) -> Source:
+    _, ref, _ = simulate_vitals(4000, rng=1000 + seed)
+    bounds = np.array([(lo, hi) for _, lo, hi in VITAL_FEATURES], float)
+    names = [n for n, _, _ in VITAL_FEATURES]
+    return Source("vitals simulator", names, bounds, ref,
+                  lambda s: Traffic(people=PEOPLE, days=1, seed=s), cfg, seed)
+
+
+def dataset_source(name: str, cfg, seed: int) -> Source:
+    z = np.load(REPO.parent / "shared" / "datasets" / f"{name}.npz")
+    X, y = z["X"].astype(float), z["y"].astype(int)
+    normal = X[y == 0]
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(normal.shape[0])
+    half = normal.shape[0] // 2
+    ref, traffic_rows = normal[order[:half]], normal[order[half:]]
+    # Public bounds stand in for domain knowledge: the set's range widened by 10 %.
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    pad = 0.1 * np.where(hi > lo, hi - lo, 1.0)
+    bounds = np.column_stack([lo - pad, hi + pad])
+    names = [f"x{j}" for j in range(X.shape[1])]
+    return Source(name, names, bounds, ref,
+                  lambda s: RowTraffic(traffic_rows, None, bounds, people=PEOPLE, days=1, seed=s), cfg, seed)
+
+
+def run_source(src: Source, kinds, cfg, seeds: int, surges: int, log) -> dict:
+    out = {}
+    # The alarm's released baseline rate stands in as the normal flagged share: here the
+    # true rate of a quiet day's windows (its DP estimate over a day is within a few %).
+    quiet = src.traffic_for(999)
+    share = float(np.mean([np.mean(src.model.score_samples(quiet.window(i)[0]) > src.alarm_threshold)
+                           for i in range(0, 288, 24)]))
+    for kind in kinds:
+        rows = []
+        for seed in range(seeds):
+            traffic = src.traffic_for(seed)
+            stats = traffic.stats
+            for s in range(surges):
+                i = 12 * s + 6  # one surge window in every hour of the day (the traffic's swing)
+                surge = Surge(i, 1, SHARE, kind, None, seed * 1000 + s)
+                if kind == "clustered":
+                    from monitor.data.vitals import random_cluster
+                    surge = Surge(i, 1, SHARE, kind, random_cluster(np.random.default_rng(seed * 1000 + s)), seed * 1000 + s)
+                X, _, anom = traffic.window(i, [surge])
+                if kind in ("subtle_shift", "stuck_sensor"):  # the chosen features, as the traffic draws them
+                    truth = set(draw_recipe(kind, stats, np.random.default_rng(surge.seed)).features)
+                else:
+                    truth = affected_features(X[anom], stats)
+                flags = src.model.score_samples(X) > src.alarm_threshold
+                U = grid_unusual(src.model, X, src.grid_thresholds)
+                rec = release_report(scale_to_unit(X, src.bounds), flags, cfg.report, src.names,
+                                     rng=np.random.default_rng([seed, s, 28]), grid_unusual=U, grid_names=src.grid_names,
+                                     grid_features=src.grid_features, normal_share=share,
+                                     normal_parts=src.normal_parts, reason="alarm")
+                named = {src.names.index(f) for f in rec["where"]["features"]} if rec["where"] else set()
+                excess_true = int(flags.sum()) - share * X.shape[0]
+                rows.append(_check(rec, named, truth, excess_true, cfg))
+        out[kind] = rows
+        log(f"  {src.name:>18} {kind:>16}: {_line(rows)}")
+    return out
+
+
+def _check(rec: dict, named: set[int], truth: set[int], excess_true: float, cfg) -> dict:
+    n, f = rec["event_count"], rec["flagged_count"]
+    counts = [n, f] + [p["flagged_count"] for p in (rec["where"] or {}).get("parts", [])]
+    parts_ok = all(p["flagged_count"]["value"] <= f["value"] for p in (rec["where"] or {}).get("parts", [])) and f["value"] <= n["value"]
+    return {
+        "affected": bool(named & truth),
+        "unaffected": bool(named - truth),
+        "n_truth": len(truth),
+        "visible": excess_true >= 30,
+        "consistent": parts_ok and all(c["value"] >= 0 for c in counts),
+        "widest": max(2 * c["accuracy"] for c in counts),
+        "epsilon": rec["epsilon"],
+        "headline": rec["headline"],
+    }
+
+
+def _rate(rows, key) -> float:
+    return float(np.mean([r[key] for r in rows])) if rows else float("nan")
+
+
+def _line(rows) -> str:
+    vis = [r for r in rows if r["visible"]]
+    return (f"names an affected feature {_rate(rows, 'affected'):.0%} (visible {_rate(vis, 'affected'):.0%}, n={len(vis)}), "
+            f"an unaffected one {_rate(rows, 'unaffected'):.0%} (visible {_rate(vis, 'unaffected'):.0%}), "
+            f"consistent {_rate(rows, 'consistent'):.0%}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=2, help="traffic seeds (each also refits the model)")
+    ap.add_argument("--surges", type=int, default=20, help="surge windows per kind and seed")
+    ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
+    ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section 'report'")
+    args = ap.parse_args(argv)
+    cfg = load_config(REPO / "config.yaml")
+    t0 = time.time()
+    results: dict[str, dict[str, list]] = defaultdict(dict)
+    for seed in range(args.seeds):
+        for src in [vitals_source(cfg, seed)] + [dataset_source(d, cfg, seed) for d in args.datasets]:
+            kinds = SIM_KINDS if src.name == "vitals simulator" else ROW_KINDS
+            for kind, rows in run_source(src, kinds, cfg, 1, args.surges, print).items():
+                results[src.name].setdefault(kind, []).extend(rows)
+    elapsed = time.time() - t0
+    md = _markdown(results, cfg, args, elapsed)
+    print(md)
+    if args.write:
+        from bench.report import write_section
+
+        write_section("report", md)
+    return 0
+
+
+def _markdown(results, cfg, args, elapsed: float) -> str:
+    acc = cfg.report.count_accuracies(len(cfg.features), 9)
+    lines = [
+        "## Detailed report: does a page say where? (issue 28)",
+        "",
+        f"Shipped config (`report` block: epsilon {cfg.report_cost()[0]:.2f} per report, delta {cfg.report_cost()[1]:g}); "
+        f"{PEOPLE:,} people, {SHARE:.0%} of them anomalous in each surge window; the model fitted at the shipped "
+        f"epsilon on held-apart normal rows; {args.seeds} seed(s) x {args.surges} surge windows per kind and source. "
+        "*Affected*: the features a subtle shift or a stuck sensor chose; for the other kinds a feature in which at "
+        "least 20 % of the surge's anomalous rows lie beyond 2 normal sd. "
+        "*all*: every surge window; *visible*: those whose true flagged excess over the normal share is >= 30 events "
+        "(about what pages). Goals: names an affected feature >= 90 %, an unaffected one <= 10 %.",
+        "",
+        "| source | kind | features affected (mean) | names an affected one: all / visible | names an unaffected one: all / visible | visible windows | consistent |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    total = []
+    for source, kinds in results.items():
+        for kind, rows in kinds.items():
+            vis = [r for r in rows if r["visible"]]
+            total += rows
+            lines.append(f"| {source} | {kind} | {np.mean([r['n_truth'] for r in rows]):.1f} | "
+                         f"{_rate(rows, 'affected'):.0%} / {_rate(vis, 'affected'):.0%} | "
+                         f"{_rate(rows, 'unaffected'):.0%} / {_rate(vis, 'unaffected'):.0%} | {len(vis)} of {len(rows)} | "
+                         f"{_rate(rows, 'consistent'):.0%} |")
+    vis = [r for r in total if r["visible"]]
+    lines += [
+        f"| **all** | | | **{_rate(total, 'affected'):.1%} / {_rate(vis, 'affected'):.1%}** | "
+        f"**{_rate(total, 'unaffected'):.1%} / {_rate(vis, 'unaffected'):.1%}** | {len(vis)} of {len(total)} | "
+        f"{_rate(total, 'consistent'):.0%} |",
+        "",
+        "Published counts and their 95 % half-widths (public, from the config) against the plausible range "
+        f"[0, report.max_events = {cfg.report.max_events:,}]: "
+        + ", ".join(f"`{k}` +-{v:.0f}" for k, v in acc.items())
+        + f"; widest interval published in the run {max(r['widest'] for r in total):.0f} wide. "
+        f"No part above its whole and no count below 0 in {_rate(total, 'consistent'):.0%} of the reports "
+        "(the projection guarantees it). The seed's outlier count (+-13,241 in 5-D at 0.05) and top-h subspace counts "
+        "(+-1,648 at 0.02) are off in the shipped config, and the config check refuses them at these shares.",
+        "",
+        f"Example headlines: " + "; ".join(f"\"{r['headline']}\"" for r in total[:: max(1, len(total) // 3)][:3]),
+        "",
+        f"Reproduce: `python bench/bench_report.py --seeds {args.seeds} --surges {args.surges} --write` "
+        f"({elapsed:.0f} s on one core).",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
