@@ -77,7 +77,10 @@ def graded_weights(scores: "np.ndarray", t_lo: float, t_hi: float) -> np.ndarray
     s = np.asarray(scores, dtype=float)
     if not t_hi > t_lo:
         return (s > t_hi).astype(float)
-    return np.clip((s - t_lo) / (t_hi - t_lo), 0.0, 1.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        w = np.clip((s - t_lo) / (t_hi - t_lo), 0.0, 1.0)
+    # A NaN (a NaN score, or inf / inf on extreme levels) weighs nothing.
+    return np.where(np.isnan(w), 0.0, w)
 
 
 def weight_units(scores: "np.ndarray", t_lo: float, t_hi: float, resolution: int) -> np.ndarray:
