@@ -58,7 +58,8 @@ def test_decision_reports_spend_after_the_decision(ledger: WindowLedger) -> None
     first = acc.release(0.0, 60.0, (1.5, 0.0), _payload)
     assert first.decision.released and first.decision.epsilon_spent == 1.5
     record = json.loads(first.entry.payload)["budget"]
-    assert record == {"accountant": "basic", "period_seconds": 3600.0, "epsilon_spent": 1.5, "epsilon_remaining": 0.5, "delta_limit": 1e-5}
+    assert record == {"accountant": "basic", "period_seconds": 3600.0, "epsilon_spent": 1.5, "epsilon_remaining": 0.5, "delta_limit": 1e-5,
+                      "epsilon_lifetime_spent": 1.5, "epsilon_lifetime_limit": None}
     second = acc.release(60.0, 120.0, (1.5, 0.0), _payload)
     assert not second.decision.released
     assert second.decision.epsilon_spent == 1.5 and second.decision.windows_in_period == 1

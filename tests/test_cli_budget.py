@@ -40,3 +40,17 @@ def test_latest_windows_show_the_whole_charge_the_alarm_state_and_whole_timestam
     assert "2025-11-21T04:40:04Z" in fired  # the end time, whole
     recent = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["stream"]["recent"]
     assert [(w["alarm"], w["epsilon"]) for w in recent] == [("quiet", 0.6), ("fired", 0.95), (None, 0.0)]
+
+
+def test_budget_shows_what_a_person_lost_since_the_ledger_began(workdir):  # noqa: F811
+    # The period budget bounds one rolling period; a person present all along lost the sum.
+    with WindowLedger(workdir / "ledger.sqlite") as led:
+        for day in range(3):
+            led.add_charge("alarm_run", START + day * 86400, START + day * 86400 + 2, 0.6)
+            led.record_release(START + day * 86400, START + day * 86400 + 2, 0.45, 0.0, _record(START + day * 86400, "quiet", 1.05))
+    res = monitor("budget", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if "since the ledger began" in ln)
+    assert "3.15" in line and "lifetime_epsilon" in line, line
+    life = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["stream"]["all_time"]
+    assert abs(life["epsilon_spent"] - 3.15) < 1e-9 and life["epsilon_limit"] is None

@@ -106,6 +106,10 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
             all_time={
                 "released": sum(e.released for e in entries),
                 "suppressed": sum(not e.released for e in entries),
+                # What a person present for the ledger's whole history has lost at most
+                # (basic composition of everything): the period budget bounds one period only.
+                "epsilon_spent": led.total_epsilon(),
+                "epsilon_limit": b.lifetime_epsilon,
             },
             unpublished=len(led.unpublished()),
             span_charges=[
@@ -207,6 +211,10 @@ def _render(report: dict[str, Any]) -> None:
                         f"({s['all_time']['released']} / {s['all_time']['suppressed']} in all)")
         summary.add_row("epsilon spent / limit", f"{s['epsilon_spent']:.4g} / {s['epsilon_limit']:g}")
         summary.add_row("epsilon left", f"{s['epsilon_remaining']:.4g}")
+        life = s["all_time"]
+        summary.add_row("epsilon since the ledger began (per person, at most)",
+                        f"{life['epsilon_spent']:.4g}" + (f" / lifetime limit {life['epsilon_limit']:g}" if life["epsilon_limit"]
+                                                          else " (no budget.lifetime_epsilon cap)"))
         summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}"
                         + (" (fixed target, see below)" if s["accountant"] == "pld" and s["delta_spent"] else ""))
         c = s["costs"]

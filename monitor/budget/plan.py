@@ -90,23 +90,27 @@ class BudgetPlan:
         boundary, so each page can bring one more, up to ``runs_per_period``."""
         return min(pages + 1, self.runs_per_period)
 
-    def _charges(self, pages: int) -> dict[Cost, int]:
-        counts: dict[Cost, int] = {}
-        for cost, n in ((self.threshold_cost, self.runs(pages) if self.alarm_enabled else 0),
-                        (self.page_cost, pages if self.alarm_enabled else 0),
-                        (self.baseline_cost, self.baselines_per_period if self.alarm_enabled else 0),
-                        (self.report_cost, self.scheduled_reports_per_period + (pages if self.report_on_page else 0))):
+    def _charges(self, pages: int) -> tuple[dict[Cost, int], dict[Cost, int]]:
+        """(charges the accountant composes, the alarm's charges it adds: see BASIC_KINDS)."""
+        composed: dict[Cost, int] = {}
+        added: dict[Cost, int] = {}
+        for cost, n, into in ((self.threshold_cost, self.runs(pages) if self.alarm_enabled else 0, added),
+                              (self.page_cost, pages if self.alarm_enabled else 0, added),
+                              (self.baseline_cost, self.baselines_per_period if self.alarm_enabled else 0, composed),
+                              (self.report_cost, self.scheduled_reports_per_period + (pages if self.report_on_page else 0), composed)):
             if n:
-                counts[cost] = counts.get(cost, 0) + n
-        return counts
+                into[cost] = into.get(cost, 0) + n
+        return composed, added
 
     def _fits(self, pages: int) -> bool:
-        return fits(self._charges(pages), self.accountant, self.epsilon, self.delta)
+        composed, added = self._charges(pages)
+        return fits(composed, self.accountant, self.epsilon, self.delta, basic=added)
 
     @property
     def quiet_epsilon(self) -> float:
         """Epsilon of a period without a page: the thresholds of the runs it touches, the baselines, the scheduled reports."""
-        return spend(self._charges(0), self.accountant, self.delta)[0]
+        composed, added = self._charges(0)
+        return spend(composed, self.accountant, self.delta, added)[0]
 
     @property
     def quiet_fits(self) -> bool:
@@ -116,7 +120,8 @@ class BudgetPlan:
     def one_page_epsilon(self) -> float:
         """Epsilon of a period with one page: the page and its report, and the next run's
         threshold when its run ends within the period."""
-        return spend(self._charges(1), self.accountant, self.delta)[0]
+        composed, added = self._charges(1)
+        return spend(composed, self.accountant, self.delta, added)[0]
 
     @property
     def page_epsilon(self) -> float:
