@@ -220,3 +220,14 @@ def test_the_releaser_announces_a_baseline_from_too_little_traffic(tmp_path):
                for r in later)
     assert not any(c["kind"] == "alarm_run" for r in records for c in r["charges"])
     ledger.close()
+
+
+def test_what_the_plan_states_is_the_threshold_the_alarm_uses():
+    from monitor.alarm.calibrate import window_threshold
+
+    a = AlarmSettings()
+    alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, None, hold_windows=0, rng=0,
+                       false_pages_per_30_days=a.false_pages_per_30_days, window_seconds=300, kappa=0.6,
+                       traffic_swing=a.traffic_swing)
+    base = BaselineEstimate(0.03, 1500.0, 0, 1, 36, 0.27, rate_error=0.002)
+    assert alarm.window_threshold(base) == pytest.approx(window_threshold(a, 300, 0.03, 1500.0, 0.002, 0.6), rel=1e-9)

@@ -55,6 +55,8 @@ __all__ = [
     "alarm_visibility",
     "baseline_problem",
     "window_threshold",
+    "visibility_for",
+    "normal_weight_rate",
     "normal_weight_kappa",
     "MIN_BASELINE_EVENTS_PER_WINDOW",
 ]
@@ -242,12 +244,20 @@ def alarm_visibility(settings, window_seconds: float, rate: float, events_per_wi
     (True, True)
     """
     thr = window_threshold(settings, window_seconds, rate, events_per_window, rate_error, kappa)
-    share = visibility(thr, rate=rate, events=events_per_window, epsilon_page=settings.epsilon_page,
+    share = visibility(thr, rate=rate, events=events_per_window, epsilon_page=_page_epsilon(settings),
                        epsilon_threshold=settings.epsilon_threshold, kappa=kappa)
     fp = false_pages_per_30_days(thr, rate=rate, events=events_per_window, rate_error=rate_error,
-                                 epsilon_threshold=settings.epsilon_threshold, epsilon_page=settings.epsilon_page,
+                                 epsilon_threshold=settings.epsilon_threshold, epsilon_page=_page_epsilon(settings),
                                  window_seconds=window_seconds, kappa=kappa, swing=settings.traffic_swing)
     return AlarmVisibility(events_per_window, rate, thr, share, fp)
+
+
+def _page_epsilon(settings) -> float:
+    """The epsilon a page's query noise is drawn at: epsilon_page, with the noise widened by the
+    run's tau band (``SurgeAlarm``: 1 + TAU_BAND times the plain scale)."""
+    from monitor.alarm.surge import TAU_BAND
+
+    return settings.epsilon_page / (1.0 + TAU_BAND)
 
 
 def window_threshold(settings, window_seconds: float, rate: float, events_per_window: float,
@@ -259,7 +269,7 @@ def window_threshold(settings, window_seconds: float, rate: float, events_per_wi
     if settings.threshold is not None:
         return settings.threshold + (settings.z or 0.0) * math.sqrt(expected) + (settings.rate_margin or 0.0) * expected
     return false_page_threshold(rate=rate, events=events_per_window, rate_error=rate_error,
-                                epsilon_threshold=settings.epsilon_threshold, epsilon_page=settings.epsilon_page,
+                                epsilon_threshold=settings.epsilon_threshold, epsilon_page=_page_epsilon(settings),
                                 false_pages_per_30_days=settings.false_pages_per_30_days,
                                 window_seconds=window_seconds, kappa=kappa, swing=settings.traffic_swing)
 
@@ -287,6 +297,47 @@ def normal_weight_kappa(model, t_lo: float, t_hi: float) -> float:
     if not mean > 0:
         return 1.0
     return float(min(1.0, max(KAPPA_FLOOR, float((2 * u * share).mean()) / mean)))
+
+
+def normal_weight_rate(model, t_lo: float, t_hi: float, fallback: float) -> float:
+    """E[w] of normal events' graded weights from the model's calibrated score shares
+    (public post-processing); ``fallback`` (e.g. the configured contamination) for an
+    uncalibrated model."""
+    u = (np.arange(128) + 0.5) / 128
+    levels = t_lo + u * (t_hi - t_lo) if t_hi > t_lo else np.array([t_hi])
+    try:
+        return float(np.mean(model.normal_share_above(levels)))
+    except (AttributeError, ValueError):
+        return float(fallback)
+
+
+def visibility_for(config, model, events_per_window: float, warmup: bool = True) -> AlarmVisibility:
+    """What the shipped alarm can see at ``events_per_window`` people per window, before any
+    baseline (for ``monitor budget`` and the start-up plan): the rate and kappa from the
+    model's calibration, the baseline error of the warm-up estimate (``warmup``) or of a
+    daily one at that traffic. Public: the config, the model file and a traffic figure.
+
+    >>> from monitor.config import parse_config
+    >>> cfg = parse_config({"features": [{"name": "x", "min": 0, "max": 1}]})
+    >>> class Uncalibrated:
+    ...     def threshold_for(self, c): return 1.0 - c
+    >>> v = visibility_for(cfg, Uncalibrated(), 1500)
+    >>> 0.01 < v.smallest_surge_share < 0.06
+    True
+    """
+    a = config.alarm
+    size = config.window.size_seconds
+    t_hi = float(model.threshold_for(a.contamination))
+    t_lo = float(model.threshold_for(a.contamination_graded)) if a.contamination_graded else t_hi
+    rate = normal_weight_rate(model, t_lo, t_hi, a.contamination)
+    kappa = normal_weight_kappa(model, t_lo, t_hi)
+    span = a.baseline_warmup_seconds if warmup else a.baseline_refresh_seconds
+    w = max(1, int(math.ceil(span / size - 1e-9)))
+    capped = config.stream.entity_field is not None
+    eps_flagged = a.epsilon_baseline_warmup if warmup else a.epsilon_baseline_flagged
+    err = baseline_rate_error(rate, events_per_window, w, eps_flagged, a.epsilon_baseline_events,
+                              min(a.baseline_flag_cap, w) if capped else 1, w if capped else 1)
+    return alarm_visibility(a, size, rate, events_per_window, err, kappa)
 
 
 def baseline_problem(rate: float, events_per_window: float) -> str | None:
