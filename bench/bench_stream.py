@@ -20,6 +20,11 @@ Rates are counted from the first record received to the last, so the group join
 
     python bench/bench_stream.py                          # 300k events, 5 rounds, prints the tables
     python bench/bench_stream.py --confluent --write      # and writes BENCHMARKS.md section `stream`
+    python bench/bench_stream.py --floods --events 100000 # one person's floods (docs/scaling.md)
+
+``--floods`` measures only what one person's flood costs everyone (issue 25.4): the
+service's rate on the same number of events, clean, with one malformed message per
+1,000, and with half the events one entity's duplicates (the other half distinct).
 """
 
 from __future__ import annotations
@@ -182,6 +187,51 @@ def _service_rate(bootstrap: str, tmp: Path, topic: str, n: int, backend: str = 
     return _rates(n, service.first, service.last)
 
 
+def produce_values(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, partitions, 1)])
+    admin.close()
+    producer = make_producer(bootstrap, {}, linger_ms=20, batch_size=256 * 1024)
+    for v in values:
+        producer.send(topic, v)
+    producer.flush()
+    producer.close()
+
+
+def flood_rates(bootstrap: str, tmp: Path, n: int, partitions: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """The service's rate (wall, per CPU second) on n messages: clean; one malformed
+    message per 1,000; half of them one entity's duplicates. Rounds alternate the order."""
+    rng = np.random.default_rng(2)
+    vals = rng.normal([75, 96, 37], [8, 1.5, 0.4], size=(n, 3)).round(2).tolist()
+    ts = time.time()
+
+    def body(i: int, who: str) -> bytes:
+        return orjson.dumps({"id": f"e{i}", "patient": who, "ts": ts, "hr": vals[i][0], "spo2": vals[i][1], "temp": vals[i][2]})
+
+    kinds = {
+        "clean": [body(i, f"p{i}") for i in range(n)],
+        "malformed 1/1000": [b'{"hr": 1,' if i % 1000 == 999 else body(i, f"p{i}") for i in range(n)],
+        "one entity's duplicates 1/2": [body(i, "flood" if i % 2 else f"p{i}") for i in range(n)],
+    }
+    topics = {}
+    for k, values in kinds.items():
+        topics[k] = f"flood-{time.time_ns()}"
+        produce_values(bootstrap, topics[k], values, partitions)
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+    for r in range(rounds):
+        for k in (list(kinds) if r % 2 == 0 else list(kinds)[::-1]):
+            cfg = config(tmp, topics[k], size=_DAY, lateness=0.0, entity=True)
+            service = _TimedService(cfg, bootstrap_servers=bootstrap, rng=0, expect=n)
+            service.run()
+            out[k].append(_rates(n, service.first, service.last))
+            print(f"round {r + 1}: {k}: {out[k][-1][0]:,.0f} events/s, {out[k][-1][1]:,.0f}/cpu-s {dict(service.counts)}",
+                  flush=True)
+    return out
+
+
 def release_latencies(bootstrap: str, tmp: Path, per_window: int, windows: int, size: float) -> tuple[list[float], list[int], int]:
     """Live traffic at about per_window events per window.
 
@@ -285,9 +335,22 @@ def main() -> None:
     ap.add_argument("--confluent", action="store_true", help="also measure the confluent-kafka input backend")
     ap.add_argument("--processes", default="1,2,3", help="stage-1 process counts for the scaling table ('' = skip)")
     ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section `stream`")
+    ap.add_argument("--floods", action="store_true", help="only the cost of one person's floods (prints a table)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)  # the clipped-value warnings of the synthetic data are expected
     load_start = os.getloadavg()
+    if args.floods:
+        with tempfile.TemporaryDirectory() as d, EmbeddedBroker() as broker:
+            fit_model(Path(d) / "model.json")
+            got = flood_rates(broker.bootstrap_servers, Path(d), args.events, args.partitions, args.rounds)
+        clean = np.median([c for _, c in got["clean"]])
+        print(f"\n`python bench/bench_stream.py --floods --events {args.events} --rounds {args.rounds}` "
+              f"(load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f} on 2 shared cores)\n")
+        print("| input | events/s (median) | events per CPU-second (median) | per CPU-second, relative to clean |\n|---|---|---|---|")
+        for k, v in got.items():
+            wall, per_cpu = np.median([w for w, _ in v]), np.median([c for _, c in v])
+            print(f"| {k} | {wall:,.0f} | {per_cpu:,.0f} | {per_cpu / clean:.2f} |")
+        return
 
     with tempfile.TemporaryDirectory() as d, EmbeddedBroker() as broker:
         tmp = Path(d)

@@ -18,7 +18,7 @@ ignores if an earlier one is complete); the same records give the same window.
 
 Each person's work is bounded before the costly steps: late events and repeated
 entities are dropped (``WindowStore.select``) before the model scores anything, and a
-malformed message costs a few more batch decodes of the messages around it (bisection),
+malformed message costs a few more batch decodes of the messages around it (splitting),
 never a per-message pass over everyone else's.
 
 A partition this process takes over (from a dead or departed member) is read from its
@@ -64,7 +64,9 @@ _JOIN_POLL_MS = _MAX_POLL_MS = 200
 CUT_TIMEOUT_S = 10.0
 # How long the watcher tries to read the log ends at one close time.
 _CUT_SAMPLE_TIMEOUT_S = 5.0
-# Messages below this many are decoded one by one when bisecting around a malformed one.
+# Around a malformed message, a partition's poll is split in up to this many pieces per
+# level, and pieces of this many messages or fewer are decoded one by one.
+_BISECT_FANOUT = 32
 _BISECT_LEAF = 8
 
 
@@ -506,7 +508,7 @@ class Stage1:
         entities, ids, [(record, InvalidEvent)] of the rejected ones).
 
         The whole poll at once when every message is valid (the usual case); else
-        partition by partition, and in a partition with an invalid message by bisection
+        partition by partition, and in a partition with an invalid message by splitting
         (``_parse_values``): the valid messages around a bad one stay on the batch path,
         and only the messages the batch decoder refuses are validated one by one, so
         each rejected one gets its own reason.
@@ -538,10 +540,11 @@ class Stage1:
         return X, out
 
     def _parse_values(self, records, vals: list, dead: Counter) -> tuple:
-        """One partition's messages, some invalid: bisect with the batch decoder down to
-        runs of ``_BISECT_LEAF``, then each message of a refused run on its own (the batch
-        decoder, then ``schema.parse`` for the reason of a rejection). A malformed message
-        costs O(log n) batch decodes of its neighbours, not a per-message pass over them.
+        """One partition's messages, some invalid: split with the batch decoder (up to
+        ``_BISECT_FANOUT`` pieces per level) down to runs of ``_BISECT_LEAF``, then each
+        message of a refused run on its own (the batch decoder, then ``schema.parse`` for
+        the reason of a rejection). A malformed message costs a few batch decodes of the
+        pieces around it, not a per-message pass over everyone else's messages.
         Returns (keep, rejected, X, timestamps or None, entities or None, ids)."""
         schema = self.service.schema
         n_features = len(schema.feature_names)
@@ -566,17 +569,22 @@ class Stage1:
                                [ev.entity] if with_entity else None, [ev.event_id])))
 
         def run(lo: int, hi: int, known_bad: bool) -> None:
-            if hi - lo <= _BISECT_LEAF:
-                for i in range(lo, hi):
-                    one(i)
+            if hi - lo == 1:
+                one(lo)
                 return
             got = None if known_bad else schema.parse_batch(vals[lo:hi])
             if got is not None:
                 pieces.append((lo, got))
                 return
-            mid = (lo + hi) // 2
-            run(lo, mid, False)
-            run(mid, hi, False)
+            if hi - lo <= _BISECT_LEAF:
+                for i in range(lo, hi):
+                    one(i)
+                return
+            # Split in up to _BISECT_FANOUT pieces rather than halves: each refused message
+            # then costs about two decodes of its piece, not one per halving level.
+            step = max(_BISECT_LEAF, -(-(hi - lo) // _BISECT_FANOUT))
+            for start in range(lo, hi, step):
+                run(start, min(hi, start + step), False)
 
         run(0, len(vals), True)
         keep_parts, X_parts, ts_parts, ent_parts, ids = [], [], [], [], []
