@@ -230,4 +230,4 @@ def test_what_the_plan_states_is_the_threshold_the_alarm_uses():
                        false_pages_per_30_days=a.false_pages_per_30_days, window_seconds=300, kappa=0.6,
                        traffic_swing=a.traffic_swing)
     base = BaselineEstimate(0.03, 1500.0, 0, 1, 36, 0.27, rate_error=0.002)
-    assert alarm.window_threshold(base) == pytest.approx(window_threshold(a, 300, 0.03, 1500.0, 0.002, 0.6), rel=1e-9)
+    assert alarm.window_threshold(base) == pytest.approx(window_threshold(a, 300, 0.03, 1500.0, 0.002, 0.6), rel=1e-6)

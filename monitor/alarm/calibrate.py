@@ -255,9 +255,9 @@ def alarm_visibility(settings, window_seconds: float, rate: float, events_per_wi
 def _page_epsilon(settings) -> float:
     """The epsilon a page's query noise is drawn at: epsilon_page, with the noise widened by the
     run's tau band (``SurgeAlarm``: 1 + TAU_BAND times the plain scale)."""
-    from monitor.alarm.surge import TAU_BAND
+    from monitor.alarm.surge import RESOLUTION, TAU_BAND
 
-    return settings.epsilon_page / (1.0 + TAU_BAND)
+    return settings.epsilon_page * RESOLUTION / (RESOLUTION + round(TAU_BAND * RESOLUTION))
 
 
 def window_threshold(settings, window_seconds: float, rate: float, events_per_window: float,
