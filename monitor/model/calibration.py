@@ -106,14 +106,23 @@ class ScoreHistogram:
     (Laplace scale 1 / epsilon per bin). Everything else is post-processing: the tail
     counts are made non-increasing (pool adjacent violators), clipped to [0, total], and
     interpolated linearly inside a bin, which gives the calibrated share above any t.
+
+    ``prior`` (optional, public): the share of a public sample (scores of points drawn from
+    the released grids) at or above each edge. It enters the shares as ``prior_rows``
+    pseudo-rows, as many as the 95 % bound of the noise on the histogram's total: on a
+    large held-apart part it is negligible, on a tiny one (where the noise is most of what
+    the histogram holds) the shares lean on the grids' own distribution instead of on noise.
+    Post-processing of public things: free.
     """
 
     edges: np.ndarray
     counts: np.ndarray
     epsilon: float
+    prior: np.ndarray | None = None
 
     @classmethod
-    def release(cls, scores: np.ndarray, edges: np.ndarray, epsilon: float, noise: NoiseSource) -> "ScoreHistogram":
+    def release(cls, scores: np.ndarray, edges: np.ndarray, epsilon: float, noise: NoiseSource,
+                public_scores: np.ndarray | None = None) -> "ScoreHistogram":
         """Release the histogram of ``scores`` over ``edges`` with Laplace(1 / epsilon) per bin.
 
         Guarantee: pure epsilon-DP for add/remove one row of the data the scores come from,
@@ -122,13 +131,19 @@ class ScoreHistogram:
         (``bin_index`` puts every float, edge values included, in one bin): L1 sensitivity 1,
         and every bin, empty or not, gets its own noise draw through ``noise`` (OpenDP in
         production). The bins are public, so the output's shape reveals nothing.
+        ``public_scores`` (never the private rows) set the public ``prior``.
         """
         if not (epsilon > 0 and math.isfinite(epsilon)):
             raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
         edges = np.asarray(edges, dtype=float)
         true = np.bincount(bin_index(scores, edges), minlength=len(edges) - 1).astype(float)
         noisy = np.asarray(noise.laplace(1.0 / epsilon, center=true), dtype=float).reshape(-1)
-        return cls(edges, noisy, float(epsilon))
+        prior = None
+        if public_scores is not None and len(public_scores):
+            ps = np.sort(np.asarray(public_scores, dtype=float))
+            prior = 1.0 - np.searchsorted(ps, edges, side="left") / ps.size  # share at or above each edge
+            prior[0] = 1.0  # the first bin holds everything below its edge too
+        return cls(edges, noisy, float(epsilon), prior)
 
     def __post_init__(self) -> None:
         edges = np.asarray(self.edges, dtype=float)
@@ -143,6 +158,19 @@ class ScoreHistogram:
         tail = np.clip(_decreasing(tail), 0.0, None)
         tail[-1] = 0.0
         object.__setattr__(self, "_tail", tail)
+        blend = tail
+        if self.prior is not None:
+            prior = np.asarray(self.prior, dtype=float)
+            if prior.shape != edges.shape or not np.all(np.isfinite(prior)) or np.any(np.diff(prior) > 0):
+                raise ValueError("a histogram's prior must be one non-increasing share per edge")
+            object.__setattr__(self, "prior", prior)
+            blend = tail + self.prior_rows * prior
+        object.__setattr__(self, "_blend", blend)
+
+    @property
+    def prior_rows(self) -> float:
+        """Pseudo-rows the public prior counts for: the 95 % noise bound of the total (0 without one)."""
+        return 0.0 if self.prior is None else laplace_sum_accuracy(len(self.counts), self.scale)
 
     @property
     def scale(self) -> float:
@@ -154,14 +182,15 @@ class ScoreHistogram:
         return float(self._tail[0])
 
     def count_above(self, t) -> np.ndarray | float:
-        """Calibrated (noisy) number of rows scoring above t; vectorised, non-increasing in t."""
-        out = np.interp(np.asarray(t, dtype=float), self.edges, self._tail)
+        """Calibrated (noisy) number of rows scoring above t, prior pseudo-rows included;
+        vectorised, non-increasing in t."""
+        out = np.interp(np.asarray(t, dtype=float), self.edges, self._blend)
         return float(out) if np.ndim(out) == 0 else out
 
     def share_above(self, t) -> np.ndarray | float:
-        """Calibrated share of the held-apart normal rows scoring above t (0 when the noisy
-        total is not positive). Post-processing of the release; vectorised."""
-        tot = self.total
+        """Calibrated share of normal rows scoring above t (0 when there is nothing to go by).
+        Post-processing of the release; vectorised."""
+        tot = float(self._blend[0])
         c = self.count_above(t)
         return c / tot if tot > 0 else c * 0.0
 
@@ -171,9 +200,9 @@ class ScoreHistogram:
         microseconds (an interpolation over the edges)."""
         if not 0 < share < 1:
             raise ValueError(f"share must be in (0, 1), got {share!r}")
-        target = share * self.total
-        tail = self._tail
-        if self.total <= 0:
+        tail = self._blend
+        target = share * float(tail[0])
+        if tail[0] <= 0:
             return float(self.edges[-1])
         i = int(np.searchsorted(-tail, -target, side="left"))  # first edge with tail <= target
         if i == 0:
@@ -190,11 +219,13 @@ class ScoreHistogram:
     def as_dict(self) -> dict:
         # "values", as the grids' noisy cells: the file holds no field named like a raw count
         return {"edges": self.edges.tolist(), "values": self.counts.tolist(), "epsilon": self.epsilon,
-                "mechanism": "laplace_histogram"}
+                "mechanism": "laplace_histogram", "prior": None if self.prior is None else self.prior.tolist()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ScoreHistogram":
-        return cls(np.asarray(d["edges"], dtype=float), np.asarray(d["values"], dtype=float), float(d["epsilon"]))
+        prior = d.get("prior")
+        return cls(np.asarray(d["edges"], dtype=float), np.asarray(d["values"], dtype=float), float(d["epsilon"]),
+                   None if prior is None else np.asarray(prior, dtype=float))
 
 
 def _decreasing(y: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ SPLIT_SEED = 0  # public seed of the row split
 # Share of the held-apart part's epsilon for the histogram of the model's score (what
 # ``predict`` and the alarm use); the rest is split equally over the per-grid histograms.
 SCORE_HISTOGRAM_SHARE = 0.75
+PRIOR = True  # lean on the grids' own score distribution where the held-apart part is tiny
 
 
 class GridKNN:
@@ -184,9 +185,13 @@ class GridKNN:
         top = self._score_max()
         G = len(self.grids_)
         eps_score = epsilon * (SCORE_HISTOGRAM_SHARE if G > 1 else 1.0)
-        main = ScoreHistogram.release(scores.mean(axis=1), public_edges(top, synthetic.mean(axis=1)), eps_score, noise)
+        prior = PRIOR
+        syn = synthetic.mean(axis=1)
+        main = ScoreHistogram.release(scores.mean(axis=1), public_edges(top, syn), eps_score, noise,
+                                      syn if prior else None)
         per_grid = [] if G == 1 else [
-            ScoreHistogram.release(scores[:, i], public_edges(top, synthetic[:, i]), (epsilon - eps_score) / G, noise)
+            ScoreHistogram.release(scores[:, i], public_edges(top, synthetic[:, i]), (epsilon - eps_score) / G, noise,
+                                   synthetic[:, i] if prior else None)
             for i in range(G)]
         return Calibration(share=share, seed=SPLIT_SEED, score=main, grids=per_grid)
 
