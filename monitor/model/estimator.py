@@ -52,7 +52,8 @@ class GridKNN:
         of the number of reference records (``monitor.model.default_layout``, docs/model.md).
     epsilon:
         Privacy budget of the whole fit (pure DP, delta = 0): a share SIZE_SHARE for the
-        size estimate, the rest split equally over the grids.
+        size estimate, the rest split equally over the grids on the grids' rows, and the
+        same rest over the score histograms on the held-apart rows (parallel composition).
     bounds:
         Public (min, max) per feature, shape (d, 2). Values outside are clipped.
     weighted:
@@ -214,7 +215,7 @@ class GridKNN:
     @property
     def cell_signal_(self) -> float | None:
         """Records in a grid's average cell, in units of that grid's noise scale (lowest
-        over the grids): n_estimate * epsilon_grid / cells. The default layout aims at 1;
+        over the grids): grid_rows_estimate_ * epsilon_grid / cells (the rows not held apart). The default layout aims at 1;
         below 0.25 the noise dominates the counts and scores may be near chance (a small
         reference set for the epsilon; ``monitor fit`` warns). Post-processing of the
         noisy size; None if unknown.
