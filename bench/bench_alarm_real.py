@@ -277,27 +277,36 @@ def sweep_levels(base: MonitorConfig, sets: list[str], kinds: list[str], seeds: 
 
 def summarise(results: list[dict], contamination: float) -> str:
     j_same = LEVELS.index(contamination) if contamination in LEVELS else int(np.argmin(np.abs(np.array(LEVELS) - contamination)))
-    lines = ["| scale | surges | private, paged in window 1 | exact, same level | exact, best level per set | exact, best one level | private / best per set | false pages (quiet days) | quiet day epsilon (max) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| scale | kinds | surges | private, paged in window 1 | exact, same level | exact, best one level | "
+             "exact, best level per set | private / best one level | private / best per set | false pages (quiet days) | "
+             "epsilon of a day without a page (max) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    kinds_all = sorted({r["kind"] for r in results})
+    groups = [("rows", ["rows"])] if "rows" in kinds_all else []
+    synthetic = [k for k in kinds_all if k != "rows"]
+    if synthetic:
+        groups += [("simulated kinds", synthetic), ("all", kinds_all)]
     for people, share in sorted({(r["people"], r["share"]) for r in results}):
-        rs = [r for r in results if r["people"] == people and r["share"] == share]
-        surges = sum(r["surges"] for r in rs)
-        priv = sum(r["private_first"] for r in rs)
-        same = sum(r["exact_first"][j_same] for r in rs)
-        by_set: dict[str, np.ndarray] = {}
-        for r in rs:
-            key = f"{r['set']}/{r['kind']}"
-            by_set[key] = by_set.get(key, 0) + np.array(r["exact_first"])
-        best_each = int(sum(v.max() for v in by_set.values()))
-        best_one = int(max(sum(by_set.values())))
-        fp = sum(r.get("false_pages", 0) for r in rs)
-        qd = sum("false_pages" in r for r in rs)
-        qe = max((r.get("quiet_day_epsilon", 0.0) for r in rs), default=float("nan"))
-        lines.append(f"| {people:,} people, {share:.0%} surges | {surges} | {priv} | {same} | {best_each} | {best_one} | "
-                     f"{priv / max(best_each, 1):.2f} | {fp} in {qd} days | {qe:.2f} |")
-    lines += ["", "Per data set (all scales and seeds): flagged share of normal traffic at alarm.contamination "
-              f"({contamination:g}), and first-window pages private / exact at the best level:", "",
-              "| data set | kind | flagged share / configured | private | exact best | best level |", "|---|---|---|---|---|---|"]
+        for label, kinds in groups:
+            rs = [r for r in results if r["people"] == people and r["share"] == share and r["kind"] in kinds]
+            surges = sum(r["surges"] for r in rs)
+            priv = sum(r["private_first"] for r in rs)
+            same = sum(r["exact_first"][j_same] for r in rs)
+            by_set: dict[str, np.ndarray] = {}
+            for r in rs:
+                key = f"{r['set']}/{r['kind']}"
+                by_set[key] = by_set.get(key, 0) + np.array(r["exact_first"])
+            best_each = int(sum(v.max() for v in by_set.values()))
+            best_one = int(max(sum(by_set.values())))
+            quiet = [r for r in rs if "false_pages" in r]
+            fp = sum(r["false_pages"] for r in quiet)
+            qe = max((r["quiet_day_epsilon"] for r in quiet if r["false_pages"] == 0), default=float("nan"))
+            lines.append(f"| {people:,} people, {share:.0%} surges | {label} | {surges} | {priv} | {same} | {best_one} | "
+                         f"{best_each} | {priv / max(best_one, 1):.2f} | {priv / max(best_each, 1):.2f} | "
+                         f"{fp} in {len(quiet)} days | {qe:.2f} |")
+    lines += ["", "Per data set (both scales, all seeds): the real flagged share of normal traffic at alarm.contamination "
+              f"({contamination:g}) over the configured rate, and first-window pages, private / exact at the set's best level:", "",
+              "| data set | kind | flagged share / configured | private | exact, best level | best level |", "|---|---|---|---|---|---|"]
     for key in sorted({(r["set"], r["kind"]) for r in results}):
         rs = [r for r in results if (r["set"], r["kind"]) == key]
         ex = sum(np.array(r["exact_first"]) for r in rs)
@@ -317,6 +326,9 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "config.yaml"))
     ap.add_argument("--sweep", action="store_true", help="choose the two levels: expected pages per pair (computed)")
     ap.add_argument("--json", type=Path, help="write every result here")
+    ap.add_argument("--from-json", type=Path, help="summarise (and --write) results saved with --json, without running")
+    ap.add_argument("--command", help="with --from-json: the command that produced them, for BENCHMARKS.md")
+    ap.add_argument("--seconds", type=float, help="with --from-json: how long that run took")
     ap.add_argument("--write", action="store_true", help="write the section of BENCHMARKS.md")
     args = ap.parse_args()
     base = load_config(args.config)
@@ -333,7 +345,9 @@ def main() -> None:
         return
     results = []
     t0 = time.perf_counter()
-    for people, share in scales:
+    if args.from_json:
+        results = json.loads(args.from_json.read_text())
+    for people, share in ([] if args.from_json else scales):
         for name in sets:
             for kind in args.kinds:
                 for seed in range(1, args.seeds + 1):
@@ -350,9 +364,10 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.write:
-        cmd = " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_real.py", *sys.argv[1:]])
+        cmd = args.command or " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_real.py", *sys.argv[1:]])
+        took = args.seconds if args.seconds is not None else time.perf_counter() - t0
         write_section("alarm-real", f"### Surge alarm on real labelled data (issue 26)\n\n`{cmd}` "
-                      f"({time.perf_counter() - t0:.0f} s on 1 core)\n\n{table}\n")
+                      f"({took:.0f} s on 1 core)\n\n{table}\n")
 
 
 if __name__ == "__main__":
