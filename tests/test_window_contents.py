@@ -14,6 +14,7 @@ created after their window's close (late for every reader, however fast).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import threading
@@ -36,6 +37,7 @@ FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "
 SIZE, LATENESS, GRACE = 2.0, 0.5, 1.0
 DELAY_S = 1.5  # per poll in the slow run: more than the lateness, so the close passes unread events
 SEED = 7
+_HAS_CONFLUENT = importlib.util.find_spec("confluent_kafka") is not None
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def model_path(tmp_path_factory) -> Path:
     return path
 
 
-def _config(tmp_path: Path, model_path: Path, tag: str):
+def _config(tmp_path: Path, model_path: Path, tag: str, backend: str):
     return parse_config({
         "features": FEATURES,
         "model": {"path": str(model_path)},
@@ -60,7 +62,8 @@ def _config(tmp_path: Path, model_path: Path, tag: str):
         "budget": {"ledger": str(tmp_path / f"ledger-{tag}.sqlite"), "epsilon": 1000.0},
         "metrics": {"port": 0, "operational_port": 0},
         "stream": {"input_topic": f"events-{tag}", "alerts_topic": f"alerts-{tag}", "dead_letter_topic": f"dlq-{tag}",
-                   "group_id": f"g-{tag}", "entity_field": "who", "timestamp_field": "ts", "kafka": FAST_GROUP},
+                   "group_id": f"g-{tag}", "entity_field": "who", "timestamp_field": "ts", "kafka": FAST_GROUP,
+                   "input_backend": backend},
     })
 
 
@@ -73,14 +76,14 @@ def _sleep_until(t: float) -> None:
     time.sleep(max(0.0, t - time.time()))
 
 
-def _run(bootstrap: str, tmp_path: Path, model_path: Path, *, slow: bool, monkeypatch) -> dict:
+def _run(bootstrap: str, tmp_path: Path, model_path: Path, *, slow: bool, backend: str, monkeypatch) -> dict:
     """One run: start the service, produce the same messages on the same schedule
     relative to the next window W, and return what was released."""
     from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
     tag = ("slow-" if slow else "fast-") + uuid.uuid4().hex[:6]
-    cfg = _config(tmp_path, model_path, tag)
+    cfg = _config(tmp_path, model_path, tag, backend)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic(cfg.stream.input_topic, 2, 1)])
     admin.close()
@@ -175,11 +178,13 @@ def _guard(fn, errors):
         errors.append(err)
 
 
+@pytest.mark.parametrize("backend", ["kafka-python", pytest.param(
+    "confluent", marks=pytest.mark.skipif(not _HAS_CONFLUENT, reason="confluent-kafka not installed (extra `confluent`)"))])
 def test_window_contents_and_releases_do_not_depend_on_processing_speed(kafka_bootstrap, model_path, tmp_path,
-                                                                         monkeypatch):
-    fast = _run(kafka_bootstrap, tmp_path, model_path, slow=False, monkeypatch=monkeypatch)
+                                                                         monkeypatch, backend):
+    fast = _run(kafka_bootstrap, tmp_path, model_path, slow=False, backend=backend, monkeypatch=monkeypatch)
     monkeypatch.undo()
-    slow = _run(kafka_bootstrap, tmp_path, model_path, slow=True, monkeypatch=monkeypatch)
+    slow = _run(kafka_bootstrap, tmp_path, model_path, slow=True, backend=backend, monkeypatch=monkeypatch)
     monkeypatch.undo()
 
     # The slowdown really pushed events of W past W's close.
