@@ -298,12 +298,12 @@ class WindowReleaser:
                 cands = candidate_parts(self.grid_features, self.n_grids)
                 self._normal_parts = normal_part_shares(self.model, self.alarm_threshold, self.grid_thresholds, cands)
             normal_parts = self._normal_parts
-        # Normal traffic's flagged share: the released baseline when there is one (public).
-        base = self.baseline.estimate
-        share = base.rate if base is not None else cfg.alarm.contamination
+        # The alarm's flags are events above the model's threshold_for(alarm.contamination),
+        # calibrated on held-apart reference rows: normal traffic's flagged share is that
+        # contamination (the released baseline rate is the graded weights' mean, not this).
         return release_report(X, flagged, cfg.report, cfg.feature_names, rng=self._noise,
                               grid_unusual=unusual, grid_names=self.grid_names, grid_features=self.grid_features,
-                              normal_share=share, normal_parts=normal_parts, reason=reason)
+                              normal_share=cfg.alarm.contamination, normal_parts=normal_parts, reason=reason)
 
 
 def _run_end(window_end: float, run_seconds: float) -> float:

@@ -166,9 +166,10 @@ def _where(cands: list[int], parts: list[Release], shares: np.ndarray, events: R
 
     The excess is floored at 0 and has a conservative 95 % half-width (the two
     half-widths added). The part with the largest excess is named when that excess is
-    positive; a later one only if its excess is above 0 with 95 % confidence and at least
-    half the first's (a surge carried by two features names both; normal flags that the
-    normal shares underestimate, or a surge's spill-over, do not add a feature).
+    positive; a later one only if the low end of its excess's 95 % interval reaches half
+    the first's excess (a surge carried evenly by two features names both; a feature
+    holding more normal flags than the model's sample says, the commonest false lead in
+    the benchmark, does not add itself).
     """
     normal = shares * events.value
     normal_acc = shares * (events.accuracy or 0.0)
@@ -188,7 +189,7 @@ def _where(cands: list[int], parts: list[Release], shares: np.ndarray, events: R
             "excess": {"value": max(0.0, float(excess[j])), "accuracy": float(acc)},
         })
         top = excess[order[0]]
-        if (rank == 1 and excess[j] > 0) or (excess[j] - acc > 0 and excess[j] >= 0.5 * top):
+        if (rank == 1 and excess[j] > 0) or excess[j] - acc >= max(0.5 * top, 1e-9):
             named += [f for f in feats if f not in named]
     return {
         "features": named,
