@@ -341,9 +341,9 @@ class Stage1:
                 stop.wait(min(wait, 1.0))
                 continue
             if time.time() > close + self.grace:
-                # Far behind (a frozen process): promise only the latest closed window, which
-                # a new owner of the partition would rebuild too.
-                n = math.floor((time.time() - self.lateness) / self.size) - 1
+                # Far behind (a frozen process): promise none of the windows missed, whose
+                # partitions may have a new owner by now; go on with the next to close.
+                n = math.floor((time.time() - self.lateness) / self.size)
                 continue
             try:
                 self._cut(n)
