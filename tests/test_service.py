@@ -149,6 +149,8 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
         assert r["released_at"] == r["window_end"] + cfg.window.allowed_lateness_seconds + cfg.window.publish_delay_seconds
         assert alert.timestamp == int(round(r["released_at"] * 1000))
         for field in ("outlier_count", "flagged_count", "event_count"):
+            if field == "outlier_count" and report[field] is None:
+                continue  # the seed's outlier count is off by default (issue 28)
             # No true value, no sensitivity; a 95 % interval only where the noise scale is public.
             assert set(report[field]) == {"value", "epsilon", "delta", "mechanism", "accuracy"}
 
@@ -293,7 +295,7 @@ def test_cli_run_without_bootstrap_starts_the_embedded_broker(model_path, tmp_pa
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "started the embedded broker on 127.0.0.1:" in proc.stderr
+    assert "started the embedded broker" in proc.stderr and "bootstrap_servers=127.0.0.1:" in proc.stderr
     assert "released" in proc.stderr
 
 
