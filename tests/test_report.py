@@ -234,3 +234,30 @@ def test_every_count_the_shipped_config_publishes_is_narrower_than_its_plausible
     assert set(acc) == {"epsilon_events", "epsilon_flagged", "epsilon_grids"}
     assert all(2 * half < cfg.report.max_events for half in acc.values())
     assert cfg.report_cost()[0] <= 0.3
+
+
+# -- graded weights (integer units) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(10))
+def test_weighted_parts_move_by_at_most_one_full_weight_on_a_neighbour(seed):
+    rng = np.random.default_rng(seed)
+    res = 4096
+    units = rng.integers(0, res + 1, 15)
+    U = rng.random((15, 4))
+    u1, U1 = np.append(units, rng.integers(0, res + 1)), np.vstack([U, rng.random(4)])
+    c0, c1 = part_counts(units, U, range(4)), part_counts(u1, U1, range(4))
+    assert np.abs(c1 - c0).sum() <= res and c0.sum() == units.sum()
+
+
+def test_a_report_on_weights_is_in_events_with_the_same_intervals():
+    res = 4096
+    rng = np.random.default_rng(0)
+    units = rng.integers(0, res + 1, 200)
+    U = rng.random((200, 8))
+    kw = dict(grid_unusual=U, grid_names=GRID_NAMES, grid_features=LAYOUT, normal_share=0.05)
+    big = ReportSettings(epsilon_events=1e4, epsilon_flagged=1e4, epsilon_grids=1e4)
+    rec = release_report(rng.random((200, 5)), units, big, NAMES, rng=1, resolution=res, **kw)
+    assert rec["flagged_count"]["value"] == pytest.approx(units.sum() / res, abs=0.01)
+    assert rec["flagged_count"]["accuracy"] == pytest.approx(math.log(20) / 1e4)
+    with pytest.raises(ValueError, match="integer units"):
+        release_report(rng.random((200, 5)), units * 2, big, NAMES, rng=1, resolution=res, **kw)

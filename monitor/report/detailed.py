@@ -36,6 +36,7 @@ def release_report(
     normal_share: float = 0.0,
     normal_parts: "Sequence[float] | None" = None,
     reason: str | None = None,
+    resolution: int = 1,
 ) -> dict:
     """Release one window's detailed report; returns its JSON-ready dict.
 
@@ -45,7 +46,8 @@ def release_report(
         The window's events, shape (n, d), scaled to [0, 1] with the public bounds. n
         may be 0: an empty window releases noise around 0, like any other.
     flagged:
-        Shape (n,): which events the model flags (the alarm's threshold).
+        Shape (n,): which events the model flags (bool), or each event's weight as an
+        integer number of units in [0, resolution] (the alarm's graded weights).
     settings:
         The ``report`` block of the config: epsilon shares, and the seed's
         optional parts (k, radius, mechanism, epsilon_count, top_h).
@@ -66,6 +68,9 @@ def release_report(
         less normal_parts[part] x normal_share x the noisy event count.
     reason:
         "alarm" for a page (the headline then says "surge"), anything else otherwise.
+    resolution:
+        Units per full weight (1 for flags): the flagged counts are sums of integer units,
+        released with sensitivity ``resolution`` and divided by it (post-processing).
 
     Guarantee: (epsilon, delta)-DP for add/remove neighbouring windows, with (epsilon,
     delta) = ``settings.cost(d, G)`` (basic composition of the parts), provided each
@@ -83,7 +88,10 @@ def release_report(
     """
     d = len(feature_names)
     X = np.asarray(X_scaled, dtype=float).reshape(-1, d)
-    flagged = np.asarray(flagged, dtype=bool).reshape(-1)
+    flagged = np.asarray(flagged).reshape(-1)
+    units = flagged.astype(np.int64)
+    if flagged.dtype != bool and (np.any(units != flagged) or np.any(units < 0) or np.any(units > resolution)):
+        raise ValueError(f"flagged must be bools or integer units in [0, {resolution}]")
     if flagged.shape[0] != X.shape[0]:
         raise ValueError(f"flagged has {flagged.shape[0]} entries but the window has {X.shape[0]} events")
     # One noise source for the whole window: its draws are independent, and a seeded
@@ -92,7 +100,8 @@ def release_report(
     k, r, mechanism = settings.k, settings.radius, settings.mechanism
 
     events = laplace_count(X.shape[0], settings.epsilon_events, sensitivity=1.0, rng=src)
-    flagged_release = laplace_count(int(flagged.sum()), settings.epsilon_flagged, sensitivity=1.0, rng=src)
+    flagged_release = _per_unit(laplace_count(int(units.sum()), settings.epsilon_flagged, sensitivity=float(resolution),
+                                              rng=src), resolution)
     outliers = None
     if settings.epsilon_count is not None:
         outliers = private_count(X, k, r, settings.epsilon_count, settings.delta_count, mechanism=mechanism, rng=src)
@@ -111,7 +120,8 @@ def release_report(
     if n_grids > 1:
         U = np.asarray(grid_unusual, dtype=float).reshape(X.shape[0], n_grids)
         cands = candidate_parts(grid_features, n_grids)
-        parts = release_parts(part_counts(flagged, U, cands), settings.epsilon_grids, src)
+        parts = [_per_unit(p, resolution)
+                 for p in release_parts(part_counts(units, U, cands), settings.epsilon_grids, src, resolution)]
 
     # Post-processing from here on: nothing below reads the window.
     accuracy = settings.count_accuracies(d, n_grids)
@@ -152,6 +162,14 @@ def _consistent(events: Release, flagged: Release, parts: list[Release], accurac
     e, f, p = project_partition(events.value, flagged.value, [x.value for x in parts], w["epsilon_events"],
                                 w["epsilon_flagged"], [w.get("epsilon_grids", 1.0)] * len(parts))
     return _with_value(events, e), _with_value(flagged, f), [_with_value(x, v) for x, v in zip(parts, p)]
+
+
+def _per_unit(release: Release, resolution: int) -> Release:
+    """A count of weight units as a count of events: value and half-width over the resolution."""
+    if resolution == 1:
+        return release
+    acc = None if release.accuracy is None else release.accuracy / resolution
+    return dataclasses.replace(release, value=release.value / resolution, accuracy=acc)
 
 
 def _with_value(release: Release, value: float) -> Release:

@@ -43,31 +43,34 @@ def candidate_parts(grid_features: Sequence[Sequence[int]] | None, n_grids: int)
 def part_counts(flagged: np.ndarray, grid_unusual: np.ndarray, candidates: Sequence[int]) -> np.ndarray:
     """Per candidate grid, the flagged events that grid finds the most unusual of the candidates.
 
+    ``flagged`` is a flag (bool) or a non-negative weight per event (the alarm's graded
+    weights as integer units); each flagged event adds its weight to exactly one part.
     ``grid_unusual`` (n, G) says how unusual each event is by each grid on one common
     scale (higher = more unusual; e.g. minus the calibrated share of normal events that
-    score higher by that grid). Each flagged event counts in exactly one part (ties go to
-    the first candidate), so the counts sum to the flagged count and adding or removing
-    one event changes one part by 1: L1 sensitivity 1.
+    score higher by that grid). The parts sum to the flagged total, and adding or removing
+    one event changes one part by at most its largest weight: L1 sensitivity 1 for flags
+    (``resolution`` for weights in units).
 
     >>> part_counts(np.array([True, True, False]), np.array([[0.1, 0.9], [0.8, 0.2], [0.0, 1.0]]), [0, 1]).tolist()
     [1.0, 1.0]
     """
-    f = np.asarray(flagged, dtype=bool).reshape(-1)
+    w = np.asarray(flagged).reshape(-1).astype(float)
     U = np.asarray(grid_unusual, dtype=float)[:, list(candidates)]
     out = np.zeros(len(candidates))
-    if f.any():
-        # NaN (a grid that cannot say) never wins
-        np.add.at(out, np.argmax(np.nan_to_num(U[f], nan=-np.inf), axis=1), 1.0)
+    on = w > 0
+    if on.any():
+        # NaN (a grid that cannot say) never wins; ties go to the first candidate
+        np.add.at(out, np.argmax(np.nan_to_num(U[on], nan=-np.inf), axis=1), w[on])
     return out
 
 
-def release_parts(counts: np.ndarray, epsilon: float, src: NoiseSource) -> list[Release]:
-    """The whole histogram of parts: Laplace(1 / epsilon) on every count.
+def release_parts(counts: np.ndarray, epsilon: float, src: NoiseSource, resolution: int = 1) -> list[Release]:
+    """The whole histogram of parts: Laplace(resolution / epsilon) on every (integer) count.
 
     Guarantee: epsilon-DP for add/remove neighbouring windows (one event per privacy
-    unit), since the histogram has L1 sensitivity 1 (``part_counts``).
+    unit), since the histogram has L1 sensitivity ``resolution`` (``part_counts``).
     """
-    return [laplace_count(int(c), epsilon, sensitivity=1.0, rng=src) for c in counts]
+    return [laplace_count(int(round(c)), epsilon, sensitivity=float(resolution), rng=src) for c in counts]
 
 
 def grid_unusual(model, X_raw: np.ndarray, grid_thresholds: np.ndarray) -> np.ndarray:
