@@ -6,18 +6,23 @@ Two stages on Kafka (DESIGN 6, docs/scaling.md), run by one loop in one thread:
   topic, any number of processes): validate each event (bad ones go to the dead-letter
   topic with their original bytes and a ``reason`` header), score the valid ones in one
   vectorised call, keep one event per entity per window, and once a window has closed
-  (end + allowed lateness) send its shard from each input partition to the internal
-  topic; input offsets are committed only past shards the broker acknowledged;
+  (end + allowed lateness) and the partition is read up to its log end at the close,
+  send its shard from each input partition to the internal topic; input offsets are
+  committed only past shards the broker acknowledged;
 - stage 2 (``monitor.stream.stage2``, group ``stream.group_id + ".stage2"`` on the
   internal topic, one process): merge each window's shards and release it once, in
-  order, when every input partition has reported it or a public grace has passed,
+  order, when every input partition has reported it or a grace has passed with every
+  partition that announced the window (a ``cut``) reported,
   through ``monitor.stream.publisher.WindowPublisher`` (``monitor.release.WindowReleaser``:
   alarm, report, ledger; then the alerts topic at the scheduled time);
   internal offsets are committed only past windows in the ledger.
 
 ``stream.stage`` (or ``monitor run --stage``) picks ``both`` (default), ``1`` or ``2``.
-The schedule of releases depends only on the clock, the config and which input
-partitions have reported, never on the events' values.
+What a window holds is decided by the broker's log (event time in the window, record
+timestamp before its close), never by how fast stage 1 reads it; a window waits for
+every partition whose stage 1 announced it (a ``cut`` at its close), so a slow read
+delays a release, published late and counted, rather than shrinking it
+(docs/scaling.md, "What a window holds").
 """
 
 from __future__ import annotations
