@@ -7,7 +7,7 @@ bundled reference as ``monitor fit`` does, and feeds every window to the product
 ``WindowReleaser`` with the shipped ``config.yaml`` (seeded noise, a fresh ledger): the
 same code ``monitor run`` and ``monitor replay`` call at each window close. The window
 source is the only difference from ``monitor replay`` (see the replay check in
-BENCHMARKS.md for the same result through the command itself).
+docs/benchmarks/alarm.md for the same result through the command itself).
 
 Compared on the same windows, at the same false-page count:
 - ``exact``: the same statistic without any noise (the limit);
@@ -381,12 +381,12 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="3 days, for a smoke run")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section and the plot")
+    ap.add_argument("--write", action="store_true", help="write the docs/benchmarks/alarm.md section and the plot")
     ap.add_argument("--replay-check", action="store_true", help="only run one day through the `monitor replay` command")
     ap.add_argument("--reserve-sweep", action="store_true", help="only compare report.reserve_pages (10 seeds x 10 days)")
     ap.add_argument("--per-person", action="store_true", help="only measure what a per-person flag cap would drop (7 days)")
     args = ap.parse_args()
-    # the single-measurement modes: (chosen, section of BENCHMARKS.md, what writes it)
+    # the single-measurement modes: (chosen, section of docs/benchmarks/alarm.md, what writes it)
     modes = ((args.per_person, "alarm-per-person", per_person), (args.reserve_sweep, "alarm-reserve", reserve_sweep),
              (args.replay_check, "alarm-replay", lambda: "### Through `monitor replay`\n\n" + replay_check()))
     for chosen, section, measure in modes:

@@ -25,7 +25,7 @@ Quiet days (no surge) count false pages. ``--kinds`` adds the simulated anomaly 
 (``monitor.data.anomalies``) on the same real traffic.
 
 Run: ``OMP_NUM_THREADS=1 python bench/bench_alarm_real.py --seeds 3 --write`` (see
-BENCHMARKS.md for the time; ``--seeds 1 --sets 2_annthyroid`` for a quick look).
+docs/benchmarks/alarm-real.md for the time; ``--seeds 1 --sets 2_annthyroid`` for a quick look).
 """
 
 from __future__ import annotations
@@ -341,9 +341,9 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="choose the two levels: expected pages per pair (computed)")
     ap.add_argument("--json", type=Path, help="write every result here")
     ap.add_argument("--from-json", type=Path, help="summarise (and --write) results saved with --json, without running")
-    ap.add_argument("--command", help="with --from-json: the command that produced them, for BENCHMARKS.md")
+    ap.add_argument("--command", help="with --from-json: the command that produced them, for docs/benchmarks/alarm-real.md")
     ap.add_argument("--seconds", type=float, help="with --from-json: how long that run took")
-    ap.add_argument("--write", action="store_true", help="write the section of BENCHMARKS.md")
+    ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks/alarm-real.md")
     args = ap.parse_args()
     base = load_config(args.config)
     if args.legacy:

@@ -1,7 +1,7 @@
 """Budget accountant: windows per period admitted by basic vs PLD composition, and the
 cost of deciding and recording one window.
 
-    python bench/bench_budget.py            # writes the `budget` section of BENCHMARKS.md
+    python bench/bench_budget.py            # writes the `budget` section of docs/benchmarks/budget.md
     python bench/bench_budget.py --no-write # print only
 
 Admitted counts come from ``max_windows`` (the same composition code the accountant
@@ -74,7 +74,7 @@ def steady_state_latency(cost, budget, accountant, admitted: int, folder: Path) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-write", action="store_true", help="print the table, do not touch BENCHMARKS.md")
+    parser.add_argument("--no-write", action="store_true", help="print the table, do not touch docs/benchmarks/budget.md")
     args = parser.parse_args()
 
     rows = []

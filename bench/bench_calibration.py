@@ -1,8 +1,8 @@
-"""Calibrated flag rates (issue 27 part 1); writes the `calibration` block of BENCHMARKS.md.
+"""Calibrated flag rates (issue 27 part 1); writes the `calibration` block of docs/benchmarks/calibration.md.
 
     python bench/bench_calibration.py                 # 19 datasets x 3 seeds, epsilon 1 (a few minutes)
     python bench/bench_calibration.py --sweep         # also the split share / bins sweep (choice of defaults)
-    python bench/bench_calibration.py --no-write      # print instead of writing BENCHMARKS.md
+    python bench/bench_calibration.py --no-write      # print instead of writing docs/benchmarks/calibration.md
 
 Protocol of ../shared/datasets/BASELINES.md (bench_model.splits): 80 % of the inliers are the
 reference, the other inliers are unseen normal events. The model is fitted at epsilon 1 with
@@ -127,7 +127,7 @@ def table(rows: list[dict], names) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--no-write", action="store_true", help="print instead of writing BENCHMARKS.md")
+    ap.add_argument("--no-write", action="store_true", help="print instead of writing docs/benchmarks/calibration.md")
     ap.add_argument("--sweep", action="store_true", help="also sweep the split share and the number of bins")
     ap.add_argument("--datasets", nargs="*", default=None, help="subset of the shared datasets (development)")
     a = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """Benchmarks of the private outlier core (issue 2): noise, top-h accuracy, speed.
 
-    OMP_NUM_THREADS=1 python bench/bench_core.py            # full run, writes BENCHMARKS.md (core)
+    OMP_NUM_THREADS=1 python bench/bench_core.py            # full run, writes docs/benchmarks/outliers.md (core)
     OMP_NUM_THREADS=1 python bench/bench_core.py --quick    # smaller, for development (no write)
     OMP_NUM_THREADS=1 python bench/bench_core.py --cost     # only the float-fix noise and release-cost tables
 
@@ -416,7 +416,7 @@ def main() -> None:
         if d == 8:
             panels.append((title, rows))
     plot(panels, FIGURE)
-    parts.append(f"![noise vs epsilon](docs/figures/{FIGURE.name})")
+    parts.append(f"![noise vs epsilon](../figures/{FIGURE.name})")  # relative to docs/benchmarks/
 
     worst_global = max(r["auto"] / r["global_laplace"] for rows in tables.values() for r in rows)
     worst_paper = max(r["auto"] / r["paper_smooth_gauss"] for rows in tables.values() for r in rows)

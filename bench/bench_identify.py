@@ -1,6 +1,6 @@
 """Private anomaly identification: how often the answer is right, DP vs sensitive privacy.
 
-    python bench/bench_identify.py            # writes the `identify` section of BENCHMARKS.md
+    python bench/bench_identify.py            # writes the `identify` section of docs/benchmarks/identify.md
     python bench/bench_identify.py --no-write # print only
 
 Every record of a dataset is queried once against the whole dataset (the seed's
@@ -136,7 +136,7 @@ One answer (KD-tree query, bound, draw) takes {latency_ms:.2f} ms on `{DATASETS[
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-write", action="store_true", help="print the section without writing BENCHMARKS.md")
+    parser.add_argument("--no-write", action="store_true", help="print the section without writing docs/benchmarks/identify.md")
     args = parser.parse_args()
     md, _ = run()
     print(md)

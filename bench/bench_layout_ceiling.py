@@ -1,5 +1,5 @@
 """How far ANY grid layout gets where the default rule misses issue 13's goals; writes the
-`model-ceiling` block of BENCHMARKS.md.
+`model-ceiling` block of docs/benchmarks/model.md.
 
     python bench/bench_layout_ceiling.py --jobs 2     # about 3 minutes on 2 cores
 
@@ -116,7 +116,7 @@ Reading:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=1, help="processes (one case each)")
-    ap.add_argument("--no-write", action="store_true", help="print instead of writing BENCHMARKS.md")
+    ap.add_argument("--no-write", action="store_true", help="print instead of writing docs/benchmarks/model.md")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     work = [(name, eps) for name, eps, _ in CASES]

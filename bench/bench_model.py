@@ -1,4 +1,4 @@
-"""Speed and utility of the private grid-kNN model; writes the `model` block of BENCHMARKS.md.
+"""Speed and utility of the private grid-kNN model; writes the `model` block of docs/benchmarks/model.md.
 
     python bench/bench_model.py            # full: 19 datasets x 6 epsilons x 10 seeds (about 5 min)
     python bench/bench_model.py --quick    # 3 seeds (development)
@@ -298,7 +298,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="3 seeds, short timings")
     ap.add_argument("--jobs", type=int, default=1, help="processes for the utility part (1 = one core)")
-    ap.add_argument("--no-write", action="store_true", help="print instead of writing BENCHMARKS.md")
+    ap.add_argument("--no-write", action="store_true", help="print instead of writing docs/benchmarks/model.md")
     ap.add_argument("--layout-seed", type=int, default=None,
                     help="public seed of the bagged feature draws (default: the shipped LAYOUT_SEED)")
     a = ap.parse_args(argv)

@@ -26,7 +26,7 @@ shipped threshold). With ``--pages-days N`` the vitals kinds also run through th
 deciding what pages): the goal's own measure.
 
     python bench/bench_report.py --seeds 2 --surges 20          # about a minute on one core
-    python bench/bench_report.py --seeds 3 --surges 20 --pages-days 1 --write  # BENCHMARKS.md section "report"
+    python bench/bench_report.py --seeds 3 --surges 20 --pages-days 1 --write  # docs/benchmarks/report.md section "report"
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def main(argv=None) -> int:
     ap.add_argument("--datasets", nargs="*", default=list(DATASETS))
     ap.add_argument("--pages-days", type=int, default=0, help="also run the vitals kinds through WindowReleaser for this many days each")
     ap.add_argument("--graded", action="store_true", help="pages mode also with the report on the alarm's graded weights")
-    ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section 'report'")
+    ap.add_argument("--write", action="store_true", help="write the docs/benchmarks/report.md section 'report'")
     args = ap.parse_args(argv)
     cfg = load_config(REPO / "config.yaml")
     t0 = time.time()

@@ -19,7 +19,7 @@ Rates are counted from the first record received to the last, so the group join
 (seconds on Tansu) is left out of both.
 
     python bench/bench_stream.py                          # 300k events, 5 rounds, prints the tables
-    python bench/bench_stream.py --confluent --write      # and writes BENCHMARKS.md section `stream`
+    python bench/bench_stream.py --confluent --write      # and writes docs/benchmarks/stream.md section `stream`
     python bench/bench_stream.py --floods --events 100000 # one person's floods (docs/scaling.md)
 
 ``--floods`` measures only what one person's flood costs everyone (issue 25.4): the
@@ -334,7 +334,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds of each reader (median of paired ratios)")
     ap.add_argument("--confluent", action="store_true", help="also measure the confluent-kafka input backend")
     ap.add_argument("--processes", default="1,2,3", help="stage-1 process counts for the scaling table ('' = skip)")
-    ap.add_argument("--write", action="store_true", help="write the BENCHMARKS.md section `stream`")
+    ap.add_argument("--write", action="store_true", help="write the docs/benchmarks/stream.md section `stream`")
     ap.add_argument("--floods", action="store_true", help="only the cost of one person's floods (prints a table)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)  # the clipped-value warnings of the synthetic data are expected

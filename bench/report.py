@@ -1,7 +1,8 @@
-"""Write one named section of a Markdown file (BENCHMARKS.md, README.md) in place.
+"""Write one named section of a benchmark page in place.
 
 Sections are delimited by ``<!-- begin:NAME -->`` and ``<!-- end:NAME -->`` so that each
-benchmark script owns its section and re-running it replaces only that.
+benchmark script owns its section and re-running it replaces only that. Each section lives on
+one page of ``docs/benchmarks/`` (``PAGES``); BENCHMARKS.md is only the index of those pages.
 """
 
 from __future__ import annotations
@@ -11,10 +12,43 @@ import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+PAGES_DIR = REPO / "docs" / "benchmarks"
+
+# The page of docs/benchmarks/ each section is written to, by area. A script that writes a
+# new section adds it here (and the page to BENCHMARKS.md's index); an unknown name is refused
+# rather than appended to some page nobody reads.
+PAGES: dict[str, str] = {
+    "core": "outliers.md",
+    "core_cost": "outliers.md",
+    "core_cost_million": "outliers.md",
+    "model": "model.md",
+    "model-ceiling": "model.md",
+    "calibration": "calibration.md",
+    "budget": "budget.md",
+    "stream": "stream.md",
+    "identify": "identify.md",
+    "alarm": "alarm.md",
+    "alarm-replay": "alarm.md",
+    "alarm-reserve": "alarm.md",
+    "alarm-per-person": "alarm.md",
+    "alarm-real": "alarm-real.md",
+    "alarm-real-levels": "alarm-real.md",
+    "alarm-real-legacy": "alarm-real.md",
+    "report": "report.md",
+}
 
 
-def write_section(name: str, markdown: str, path: str | Path = REPO / "BENCHMARKS.md") -> None:
-    path = Path(path)
+def page_for(name: str) -> Path:
+    """The page of docs/benchmarks/ that holds section ``name``."""
+    try:
+        return PAGES_DIR / PAGES[name]
+    except KeyError:
+        raise KeyError(f"section {name!r} has no page: add it to bench/report.py's PAGES") from None
+
+
+def write_section(name: str, markdown: str, path: str | Path | None = None) -> None:
+    """Replace section ``name`` of ``path`` (default: its page, ``page_for(name)``) with ``markdown``."""
+    path = page_for(name) if path is None else Path(path)
     begin, end = f"<!-- begin:{name} -->", f"<!-- end:{name} -->"
     with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
