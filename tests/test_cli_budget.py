@@ -54,3 +54,74 @@ def test_budget_shows_what_a_person_lost_since_the_ledger_began(workdir):  # noq
     assert "3.15" in line and "lifetime_epsilon" in line, line
     life = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["stream"]["all_time"]
     assert abs(life["epsilon_spent"] - 3.15) < 1e-9 and life["epsilon_limit"] is None
+
+
+def _alarm_on(workdir) -> None:  # noqa: F811
+    import yaml
+
+    cfg = workdir / "config.yaml"
+    data = yaml.safe_load(cfg.read_text())
+    data["alarm"] = {"enabled": True}
+    data["window"]["size_seconds"] = 300.0
+    cfg.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _seen(res) -> str:
+    assert res.returncode == 0, res.stderr
+    return next(ln for ln in res.stdout.splitlines() if ln.startswith("What the alarm can see"))
+
+
+def _percents(line: str) -> list[float]:
+    return [float(x) for x in re.findall(r"([\d.]+) %(?! of the time)", line)]
+
+
+def test_budget_says_what_surge_the_alarm_can_see_before_any_baseline(workdir):  # noqa: F811
+    # Issue 26: a new user is told which surge a fleet of each size can see, and what the
+    # derived threshold costs in false pages, before anything has run.
+    from monitor.alarm.calibrate import visibility_for
+    from monitor.config import load_config
+    from monitor.model.file import load_configured
+
+    _alarm_on(workdir)
+    line = _seen(monitor("budget", cwd=workdir))
+    assert "300 / 1,500 / 10,000 events per window" in line and "95 % of the time" in line, line
+    assert "alarm.false_pages_per_30_days 1" in line and "1 / 1 / 1 false pages per 30 days" in line, line
+    shares = _percents(line)
+    assert len(shares) == 3 and shares[0] > shares[1] > shares[2] > 0, line  # more people: a smaller share pages
+    config = load_config(workdir / "config.yaml")
+    expected = [visibility_for(config, load_configured(config), n).smallest_surge_share for n in (300, 1500, 10000)]
+    assert shares == [float(f"{100 * s:.2g}") for s in expected], (line, expected)
+
+
+def test_budget_uses_the_baseline_in_use_and_announces_a_degenerate_one(workdir):  # noqa: F811
+    _alarm_on(workdir)
+    baseline = {"rate": 0.04, "events_per_window": 1500.0, "span_start": START - 10800, "span_end": START, "span_windows": 36,
+                "epsilon": 0.1, "delta": 0.0, "mechanism": "laplace_global", "rate_error": 0.002}
+    with WindowLedger(workdir / "ledger.sqlite") as led:
+        rec = json.loads(_record(START, "quiet", 0.0))
+        led.record_release(START, START + 300, 0.0, 0.0, json.dumps({**rec, "baseline_in_use": baseline}))
+    line = _seen(monitor("budget", cwd=workdir))
+    assert "1,500 events per window, from the baseline in use" in line, line
+    vis = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["plan"]["visibility"]
+    assert vis["source"] == "baseline" and len(vis["at"]) == 1
+    # The derived threshold holds the configured false-page rate, and a surge of the stated
+    # share clears it: larger than the normal spread, smaller than the whole fleet.
+    at = vis["at"][0]
+    assert 0.5 < at["false_pages_per_30_days"] <= 1.0 + 1e-6, at
+    assert at["threshold"] < at["smallest_surge_share"] * 1500 * (1 - 0.04) < 1500, at
+
+    with WindowLedger(workdir / "ledger.sqlite") as led:
+        led.record_release(START + 300, START + 600, 0.0, 0.0,
+                           json.dumps({**rec, "window_start": START + 300, "baseline_in_use": {**baseline, "rate": 0.0}}))
+    line = _seen(monitor("budget", cwd=workdir))
+    assert "baseline in use cannot be used" in line and "normal share is 0" in line, line
+    assert "300 / 1,500 / 10,000 events per window" in line, line
+
+
+def test_budget_without_the_model_file_says_so_in_one_line(workdir):  # noqa: F811
+    _alarm_on(workdir)
+    (workdir / "model.json").unlink()
+    res = monitor("budget", cwd=workdir)
+    line = _seen(res)
+    assert "model.json (model.path) is missing" in line and "monitor fit" in line, line
+    assert "Traceback" not in res.stderr

@@ -281,6 +281,22 @@ def test_budget_shows_the_plan_and_explains_pld_delta(workdir):
     assert plan["pages_per_period"] == 0 and plan["quiet_period_epsilon"] < 2.0 < plan["one_page_period_epsilon"]
 
 
+def test_run_says_what_surge_the_alarm_can_see_at_start(workdir):
+    # Issue 26: the start-up plan says which surge pages within one window at a few traffics
+    # (no baseline yet) and the false-page rate the derived threshold implies.
+    set_key(workdir / "config.yaml", "alarm", "enabled", True)
+    log = workdir / "run.log"
+    proc = start_monitor("run", cwd=workdir, log=log)
+    try:
+        wait_for(lambda: "what the alarm can see:" in log.read_text() or proc.poll() is not None, 60, "the start-up plan")
+    finally:
+        code, _ = stop(proc)
+    line = next(ln for ln in log.read_text().splitlines() if "what the alarm can see:" in ln)
+    assert " INFO " in line and "before the first baseline, at 300 / 1,500 / 10,000 events per window" in line, line
+    assert "95 % of the time" in line and "1 / 1 / 1 false pages per 30 days (alarm.false_pages_per_30_days 1)" in line, line
+    assert code == 0 and "Traceback" not in log.read_text()
+
+
 def test_budget_json_into_a_closed_pipe_is_quiet(workdir):
     proc = subprocess.Popen([sys.executable, "-m", "monitor", "budget", "--json"], cwd=workdir, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

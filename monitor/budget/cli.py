@@ -41,7 +41,23 @@ def budget_report(config: Any, at: float | None = None, now: float | None = None
     import time
 
     now = time.time() if now is None else now
-    return {"stream": _stream_report(config, at), "plan": _plan_report(config, now), "reference": _reference_report(config)}
+    plan = {**_plan_report(config, now), "visibility": _visibility_report(config)}
+    return {"stream": _stream_report(config, at), "plan": plan, "reference": _reference_report(config)}
+
+
+def _visibility_report(config: Any) -> dict[str, Any]:
+    """What the alarm can see, at the traffic of the baseline in the ledger's last released
+    record when there is one (public: released values, the config and the model file)."""
+    from monitor.budget.ledger import WindowLedger
+    from monitor.budget.plan import visibility_report
+
+    record = None
+    if config.budget.ledger.exists():
+        with WindowLedger(config.budget.ledger) as led:
+            last = led.last_released()
+        if last is not None and last.payload:
+            record = json.loads(last.payload)
+    return visibility_report(config, record)
 
 
 def _plan_report(config: Any, now: float) -> dict[str, Any]:
@@ -189,6 +205,9 @@ def _render_plan(console, plan: dict[str, Any]) -> None:
         console.print(f"  {plan['advice']}.")
     if "delta_note" in plan:
         console.print(f"  Delta: {plan['delta_note']}")
+    if plan.get("visibility"):
+        # One unbroken line, so that `monitor budget | grep` finds it whole.
+        console.print(f"[bold]What the alarm can see[/]: {plan['visibility']['summary']}.", soft_wrap=True)
 
 
 def _render(report: dict[str, Any]) -> None:

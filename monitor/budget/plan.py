@@ -1,6 +1,6 @@
 """The budget plan: what a period without a page costs, and how many pages the rest pays for.
 
-Everything here follows from the config alone, never from the data, so it can be printed
+The plan follows from the config alone, never from the data, so it can be printed
 freely. ``monitor run`` logs it at start and ``monitor budget`` shows it.
 
 Every window is released: the alarm's quiet answers are free; an AboveThreshold run pays
@@ -11,6 +11,11 @@ scheduled reports; each page adds its own share and a detailed report, and may e
 run at the next boundary (one more threshold in the periods that straddle it). When a
 period's budget cannot pay for a page, the alarm says ``suppressed`` (and no report is
 released) until the oldest charge leaves the rolling period.
+
+``visibility_report`` says what the alarm can see (issue 26): the smallest surge, as a share
+of the people online, that pages within one window 95 % of the time, and the false-page rate
+its threshold implies. It reads public things only: the config, the model file (DP) and the
+baseline the ledger's last record released (DP); never the events.
 
 >>> plan = BudgetPlan(period_seconds=86400, window_seconds=300, accountant="basic", epsilon=12.0, delta=1e-6,
 ...                   threshold_cost=(0.4, 0.0), runs_per_period=2, page_cost=(0.4, 0.0), baseline_cost=(0.1, 0.0),
@@ -28,7 +33,8 @@ from dataclasses import dataclass
 
 from monitor.budget.composition import AccountantKind, Cost, fits, spend
 
-__all__ = ["BudgetPlan", "iso", "duration", "plan_from_config", "PLD_DELTA_NOTE"]
+__all__ = ["BudgetPlan", "iso", "duration", "plan_from_config", "PLD_DELTA_NOTE", "visibility_report",
+           "VISIBILITY_TRAFFIC"]
 
 PLD_DELTA_NOTE = (
     "under the pld accountant delta is not consumed charge by charge: the whole period is held to "
@@ -36,6 +42,9 @@ PLD_DELTA_NOTE = (
     "spent is the smallest epsilon for which all the period's charges together are (epsilon, budget.delta)-DP. "
     "It is epsilon that runs out."
 )
+
+# Traffic levels (events per window) stated before any baseline has been released.
+VISIBILITY_TRAFFIC = (300, 1_500, 10_000)
 
 # Pages counted at most, per period, when searching what the budget pays for.
 _MAX_PAGES = 10_000
@@ -190,3 +199,76 @@ def plan_from_config(config) -> BudgetPlan:
         scheduled_reports_per_period=math.ceil(b.period_seconds / r.every_seconds - 1e-9) if r.every_seconds else 0,
         report_on_page=r.on_alarm, alarm_enabled=a.enabled,
     )
+
+
+def _share(x: float) -> str:
+    """A surge share in percent, 2 significant figures (``1.0`` is "every person": never pages)."""
+    return "over 100 %" if x >= 1.0 else f"{100 * x:.2g} %"
+
+
+def visibility_report(config, record: dict | None = None, model=None) -> dict:
+    """What the alarm can see: a JSON-ready dict with a one-sentence ``summary``.
+
+    ``record`` is the ledger's last released alert record (its ``baseline_in_use``, when
+    there is one, gives the current traffic, rate and rate error: ``alarm_visibility``);
+    before any baseline the model's calibration is used at ``VISIBILITY_TRAFFIC``
+    (``visibility_for``, with the warm-up estimate's error). ``model`` defaults to the file
+    ``config.model.path``; a missing or unreadable file is said in the summary, not raised.
+    Public: the config, the model file and released values only.
+    """
+    from monitor.alarm.calibrate import alarm_visibility, baseline_problem, normal_weight_kappa, visibility_for
+    from monitor.errors import MonitorError
+
+    a = config.alarm
+    rule = (f"alarm.threshold {a.threshold:g} (absolute, plus z and rate_margin)" if a.threshold is not None
+            else f"alarm.false_pages_per_30_days {a.false_pages_per_30_days:g}")
+    out: dict = {"model": str(config.model.path), "rule": rule, "source": None, "baseline_problem": None, "at": []}
+    if not a.enabled:
+        out["summary"] = "the alarm is off (alarm.enabled: false): nothing pages"
+        return out
+    if model is None:
+        from pathlib import Path
+
+        path = Path(config.model.path)
+        if not path.exists():
+            out["summary"] = (f"unknown: the model file {path} (model.path) is missing; "
+                              "run `monitor fit` first")
+            return out
+        try:
+            from monitor.model.file import load_configured
+
+            model = load_configured(config)
+        except MonitorError as err:
+            out["summary"] = f"unknown: {err}"
+            return out
+    baseline = (record or {}).get("baseline_in_use")
+    if baseline:
+        problem = baseline_problem(float(baseline["rate"]), float(baseline["events_per_window"]))
+        out["baseline_problem"] = problem
+    if baseline and not out["baseline_problem"]:
+        t_hi = float(model.threshold_for(a.contamination))
+        t_lo = float(model.threshold_for(a.contamination_graded)) if a.contamination_graded else t_hi
+        v = alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]), float(baseline["events_per_window"]),
+                             float(baseline.get("rate_error", 0.0)), normal_weight_kappa(model, t_lo, t_hi))
+        out["source"] = "baseline"
+        out["at"] = [_visibility_dict(v)]
+        out["summary"] = (f"at the current traffic ({v.events_per_window:,.0f} events per window, from the baseline in use), "
+                          f"a surge of {_share(v.smallest_surge_share)} of the people online pages within one window 95 % of "
+                          f"the time; its threshold ({v.threshold:.4g} excess events) implies "
+                          f"{v.false_pages_per_30_days:.2g} false pages per 30 days ({rule})")
+        return out
+    vs = [visibility_for(config, model, n) for n in VISIBILITY_TRAFFIC]
+    out["source"] = "traffic"
+    out["at"] = [_visibility_dict(v) for v in vs]
+    head = (f"the baseline in use cannot be used ({out['baseline_problem']}); until one can, "
+            if out["baseline_problem"] else "before the first baseline, ")
+    out["summary"] = (head + "at " + " / ".join(f"{v.events_per_window:,.0f}" for v in vs) + " events per window, a surge of "
+                      + " / ".join(_share(v.smallest_surge_share) for v in vs) + " of the people online pages within one "
+                      "window 95 % of the time; the thresholds imply "
+                      + " / ".join(f"{v.false_pages_per_30_days:.2g}" for v in vs) + f" false pages per 30 days ({rule})")
+    return out
+
+
+def _visibility_dict(v) -> dict:
+    return {"events_per_window": v.events_per_window, "smallest_surge_share": v.smallest_surge_share,
+            "false_pages_per_30_days": v.false_pages_per_30_days, "threshold": v.threshold, "rate": v.rate}

@@ -7,16 +7,21 @@ The service calls these with one line each, so that a user sees, before anything
 - a port already taken (metrics, embedded broker) as one line, never as a traceback and
   never by silently joining another monitor's embedded broker;
 - that the embedded broker keeps events in memory only;
-- the budget plan (``monitor.budget.plan``) and when the first window will be released;
+- the budget plan (``monitor.budget.plan``), what the alarm can see (the smallest surge that
+  pages within one window 95 % of the time, the false-page rate its threshold implies) and
+  when the first window will be released;
 - which missed windows are skipped after downtime (``window.max_catch_up_windows``).
 
-Every decision here depends on the config, the clock and the ledger's schedule only.
+Every decision here depends on the config, the clock and the ledger's schedule only; what
+the alarm can see also reads the model file and the baseline the ledger last released
+(both DP, so public).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import math
 import socket
@@ -24,7 +29,7 @@ import threading
 import time
 from typing import Iterator
 
-from monitor.budget.plan import duration, iso, plan_from_config
+from monitor.budget.plan import duration, iso, plan_from_config, visibility_report
 from monitor.errors import MonitorError
 
 log = logging.getLogger("monitor.stream")
@@ -40,6 +45,7 @@ __all__ = [
     "revoke_note",
     "skip_missed_windows",
     "announce_schedule",
+    "announce_visibility",
     "CATCH_UP_REASON",
 ]
 
@@ -235,10 +241,23 @@ def announce_schedule(config, ledger, first_start: float | None, now: float) -> 
         log.warning("budget plan: %s%s. %s", plan.summary(), restart, plan.advice())
     else:
         log.info("budget plan: %s%s", plan.summary(), restart)
+    announce_visibility(config, ledger)
     if first_start is None:
         log.info("first window: decided once the input is read (the ledger is empty)")
         return
     announce_first_window(config, first_start, now, "after the ledger's last window")
+
+
+def announce_visibility(config, ledger) -> None:
+    """Log what the alarm can see: at the traffic of the baseline in use (the ledger's last
+    released record) or, before one, at a few stated traffics (``visibility_report``)."""
+    last = ledger.last_released()
+    record = json.loads(last.payload) if last is not None and last.payload else None
+    vis = visibility_report(config, record)
+    if vis["source"] is None and config.alarm.enabled:  # no model file: say it, the service's own check decides
+        log.warning("what the alarm can see: %s", vis["summary"])
+    else:
+        log.info("what the alarm can see: %s", vis["summary"])
 
 
 def announce_first_window(config, first_start: float, now: float, why: str) -> None:
