@@ -433,7 +433,7 @@ def _print_summary(console, board: ReleaseBoard, stats: SimulationStats, config,
                   f"{a.epsilon_threshold:g}, {a.epsilon_page:g} per page, and the baseline), detailed reports {report_eps:.2f}; delta 0.")
     console.print(f"  with config.yaml's 5-minute windows the same settings cost about {a.epsilon_threshold + a.baseline_epsilon:.2f} "
                   f"per person on a UTC day without a page, plus {a.epsilon_page:g} and one report per page "
-                  "(BENCHMARKS.md, \"Surge alarm\")")
+                  "(docs/benchmarks/alarm.md, \"Surge alarm\")")
     scraped = "served while running" if metrics_text else "not reachable at the end"
     console.print(f"  metrics: {service.metrics_url} ({scraped}); operational metrics (not private): {service.operational_metrics_url}")
     where = "removed (use --workdir DIR to keep them)" if temporary else f"kept in {workdir}"
