@@ -105,8 +105,10 @@ PRIVATE_PANELS: list[Panel] = [
           "none", mappings=[{"type": "value", "options": {"0": {"text": "quiet", "color": "green"},
                                                           "1": {"text": "PAGING", "color": "red"}}}]),
     Panel("Alarm threshold vs baseline", "timeseries", 12, 8,
-          "Flagged events per window: the released baseline (normal rate x mean events of its span), the excess the alarm "
-          "needs to page (alarm.threshold + z sd + rate margin), and their sum, the flagged count that pages at baseline "
+          "Flagged events per window, each weighing 0 to 1 between the alarm's two calibrated levels "
+          "(alarm.contamination_graded, alarm.contamination): the released baseline (normal mean weight x mean events of its "
+          "span), the excess the alarm needs to page (derived from alarm.false_pages_per_30_days, the baseline's traffic and "
+          "error and the alarm's noise: no absolute count to tune), and their sum, the weighted count that pages at baseline "
           f"traffic. The alarm compares each window privately; no window's own count is shown here. {DP}",
           [(f"dp_monitor_baseline_flagged_rate{SEL} * dp_monitor_baseline_events_per_window{SEL}", "baseline flagged per window"),
            (f"dp_monitor_alarm_threshold_events{SEL}", "excess that pages"),
@@ -116,7 +118,8 @@ PRIVATE_PANELS: list[Panel] = [
     Panel("Flagged rate", "timeseries", 12, 8,
           "Share of events flagged at the alarm's threshold (alarm.contamination): in each detailed report (noisy "
           "flagged count / noisy event count, both projected so that 0 <= flagged <= events, and clamped to [0, 1]), and "
-          f"the alarm's released baseline rate. {REPORT} {DP}",
+          "the alarm's released baseline rate (the normal events' mean weight between its two levels, so at or above "
+          f"alarm.contamination). {REPORT} {DP}",
           [(f"clamp(dp_monitor_report_flagged_count{SEL} / clamp_min(dp_monitor_report_event_count{SEL}, 1), 0, 1)",
             "reported window"),
            (f"dp_monitor_baseline_flagged_rate{SEL}", "baseline")], "percentunit",
