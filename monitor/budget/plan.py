@@ -220,7 +220,7 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     from monitor.errors import MonitorError
 
     a = config.alarm
-    rule = (f"alarm.threshold {a.threshold:g} (absolute, plus z and rate_margin)" if a.threshold is not None
+    rule = (f"alarm.threshold {a.threshold:g}: an absolute count, with alarm.z and alarm.rate_margin" if a.threshold is not None
             else f"alarm.false_pages_per_30_days {a.false_pages_per_30_days:g}")
     out: dict = {"model": str(config.model.path), "rule": rule, "source": None, "baseline_problem": None, "at": []}
     if not a.enabled:
