@@ -124,3 +124,19 @@ def test_threshold_grows_with_the_expected_count():
     large = BaselineEstimate(0.01, 100_000, 0, 1, 1, 1.0)
     assert alarm.window_threshold(small) == pytest.approx(15 + 3 * math.sqrt(10) + 1)
     assert alarm.window_threshold(large) > alarm.window_threshold(small) + 100
+
+
+def test_a_degenerate_first_baseline_is_retried_once_at_the_warm_up_length():
+    # The first span saw no traffic (the producer started later): its estimate is announced
+    # as degenerate and the next span is a warm-up span again, not a whole refresh later;
+    # a second degenerate estimate (a fleet too small) falls back to the refresh schedule.
+    t = BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=120, refresh_seconds=3600, flag_cap=None, rng=0)
+    for start in (0, 60):
+        t.learn_one(start, start + 60, np.zeros(0, bool))
+    first = t.release(120)
+    assert first.events_per_window < 20 and t.warming_up
+    assert t.span_length() == 120 and t.epsilon == 2.0  # warm-up share again
+    for start in (120, 180):
+        t.learn_one(start, start + 60, np.zeros(3, bool))
+    t.release(240)
+    assert not t.warming_up and t.span_length() == 3600

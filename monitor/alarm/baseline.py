@@ -40,7 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
-from monitor.alarm.calibrate import baseline_rate_error
+from monitor.alarm.calibrate import baseline_problem, baseline_rate_error
 from monitor.dp import noise_source
 
 __all__ = ["BaselineEstimate", "BaselineTracker"]
@@ -113,6 +113,7 @@ class BaselineTracker:
         self._noise = noise_source(rng)
         self._per_unit: Counter = _UnitTotals()
         self.estimate: BaselineEstimate | None = None
+        self._released = 0  # estimates released by this process
         self._span_start: float | None = None
         self._flagged = 0.0
         self._events = 0
@@ -121,7 +122,19 @@ class BaselineTracker:
     def _next_epsilon_flagged(self) -> float:
         # The first estimate's flagged total gets epsilon_warmup: its span holds few
         # windows, so its noise weighs more per window.
-        return self.epsilon_warmup if self.estimate is None else self.epsilon_flagged
+        return self.epsilon_warmup if self.warming_up else self.epsilon_flagged
+
+    @property
+    def warming_up(self) -> bool:
+        """No usable estimate yet: none released, or the first one is degenerate
+        (``baseline_problem``: rate 0, too little traffic). Then the next span is a warm-up
+        span again, so an alarm whose first estimate came too early (before the traffic
+        started) tries again after ``warmup_seconds``, not a whole refresh later. Once only:
+        a fleet too small for the alarm would otherwise pay a warm-up every few hours for
+        an alarm that never runs. A function of the released estimates only (public)."""
+        if self.estimate is None:
+            return True
+        return self._released <= 1 and baseline_problem(self.estimate.rate, self.estimate.events_per_window) is not None
 
     @property
     def epsilon(self) -> float:
@@ -130,7 +143,7 @@ class BaselineTracker:
 
     def span_length(self) -> float:
         """Length of the span the next estimate covers (public)."""
-        return self.warmup_seconds if self.estimate is None else self.refresh_seconds
+        return self.warmup_seconds if self.warming_up else self.refresh_seconds
 
     def span_bounds(self) -> tuple[float, float] | None:
         """[start, scheduled end) of the span being accumulated, or None before the first window."""
@@ -195,6 +208,7 @@ class BaselineTracker:
             rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
             span_windows=w, epsilon=epsilon, rate_error=error,
         )
+        self._released += 1
         self.skip()
         return self.estimate
 

@@ -45,6 +45,8 @@ def release_summary(record: dict) -> str:
 
     detail = record.get("alarm_detail") or {}
     line = f"alarm {detail.get('state', '?')}, epsilon {record.get('epsilon') or 0.0:.3g}"
+    if detail.get("problem"):  # a degenerate baseline: why the alarm is still warming up
+        line += f" ({detail['problem']})"
     report = record.get("report")
     if report:
         line += f"; report ({report.get('reason', '?')}): " + headline(report).removeprefix(f"{report.get('reason')}: ")
