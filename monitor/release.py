@@ -101,6 +101,9 @@ class WindowReleaser:
         self.grid_features = [tuple(int(f) for f in g.features) for g in model.grids_] if self.n_grids > 1 else None
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
         self._run_span = (-math.inf, -math.inf)
+        # The open run's charge in the ledger; the alarm publishes the run's number instead
+        # (1, 2, ... on a fresh ledger: charge ids count baselines too).
+        self._run_charge_id: int | None = None
         self._resume()
 
     # -- start-up ---------------------------------------------------------------------
@@ -150,13 +153,14 @@ class WindowReleaser:
         # before the failure was published).
         memo = {id(self._noise): self._noise}
         return copy.deepcopy({"alarm": self.alarm.__dict__, "baseline": self.baseline.__dict__,
-                              "run_span": self._run_span}, memo)
+                              "run_span": self._run_span, "run_charge_id": self._run_charge_id}, memo)
 
     def _restore(self, state: dict) -> None:
         for obj, saved in ((self.alarm, state["alarm"]), (self.baseline, state["baseline"])):
             obj.__dict__.clear()
             obj.__dict__.update(saved)
         self._run_span = state["run_span"]
+        self._run_charge_id = state["run_charge_id"]
 
     def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = (),
               kind: str = "window") -> bool:
@@ -204,7 +208,7 @@ class WindowReleaser:
             if self.alarm.run is not None and not self.alarm.accepts(self.baseline.estimate):
                 # The refreshed baseline left the run's tau band: the run answers no more
                 # windows (its own charge ends here), and a new run opens around the new rate.
-                self.ledger.end_charge(self.alarm.run, window.start)
+                self.ledger.end_charge(self._run_charge_id, window.start)
                 self.alarm.close_run()
             # A degenerate baseline (rate 0, too little traffic) is announced in the answer and
             # not used: no run is opened on it (issue 26).
@@ -214,8 +218,8 @@ class WindowReleaser:
                 cost = (a.epsilon_threshold, 0.0)
                 if self._fits(window, cost, kind="alarm_run"):
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
-                    run_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
-                    self.alarm.open_run(run_id, self.baseline.estimate)
+                    self._run_charge_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
+                    self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), self.baseline.estimate)
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
@@ -281,7 +285,7 @@ class WindowReleaser:
             self.alarm.close_run()  # its charges cover no later window
             return
         self._run_span = (self._run_span[0], _run_end(window.end, a.run_seconds))
-        self.ledger.extend_charge(self.alarm.run, self._run_span[1])
+        self.ledger.extend_charge(self._run_charge_id, self._run_span[1])
         charges.append({**self._run_charge("alarm_run", cost[0]), "carried_on": True})
 
     def _run_charge(self, kind: str, epsilon: float) -> dict:

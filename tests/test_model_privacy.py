@@ -15,8 +15,11 @@ B2 = [(0.0, 1.0), (0.0, 1.0)]
 
 def _scores_at_far_point(X, eps, seeds):
     far = np.array([[0.95, 0.95]])
-    # One 2-D grid (no one-feature grids): the far cell's value decides the score.
-    return np.array([GridKNN(bounds=B2, epsilon=eps, k=1.0, marginals=0, random_state=int(s)).fit(X)
+    # One 2-D grid (no one-feature grids): the far cell's value decides the score. Every row
+    # feeds the grid (calibration_share 0): the grids' mechanism is the same when a share of
+    # the rows is held apart (disjoint rows; the held-apart histograms' own privacy is
+    # tests/test_calibration.py's), and a fit is 30 times faster without the histograms.
+    return np.array([GridKNN(bounds=B2, epsilon=eps, k=1.0, marginals=0, random_state=int(s), calibration_share=0.0).fit(X)
                      .score_samples(far)[0] for s in seeds])
 
 

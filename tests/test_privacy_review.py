@@ -187,7 +187,7 @@ def test_a_retried_window_publishes_only_answers_that_were_paid(tmp_path, vitals
         records.append(json.loads(out.entry.payload))
     assert ledger.record_release.fired
     # Every run a record names is a charge the ledger holds, and every page was paid.
-    runs = {cid for cid, kind, *_ in ledger.span_charges() if kind == "alarm_run"}
+    runs = set(range(1, len(ledger.span_charges("alarm_run")) + 1))  # runs are numbered 1, 2, ...
     for r in records:
         if r["alarm_detail"]["run"] is not None:
             assert r["alarm_detail"]["run"] in runs, r
@@ -221,8 +221,8 @@ def test_a_baseline_refresh_that_leaves_the_band_ends_the_run(tmp_path, vitals_m
     assert records[refreshed]["baseline"]["rate"] > 0.3
     old_run, new_run = records[refreshed - 1]["alarm_detail"]["run"], records[refreshed]["alarm_detail"]["run"]
     assert old_run is not None and new_run not in (None, old_run)
-    spans = {cid: (s, e) for cid, kind, s, e, *_ in releaser.ledger.span_charges()}
-    assert spans[old_run][1] == windows[refreshed].start
+    run_spans = [(s, e) for _, _, s, e, *_ in releaser.ledger.span_charges("alarm_run")]  # run n is the n-th
+    assert run_spans[old_run - 1][1] == windows[refreshed].start
 
 
 # -- 3. a baseline is paid in every period its span touches -------------------------------

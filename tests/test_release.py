@@ -281,3 +281,13 @@ def test_a_run_that_paged_ends_at_its_boundary_and_a_new_one_is_charged(tmp_path
     pages = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_page")]
     assert runs == [(3300.0, 5400.0), (5400.0, 7200.0)] and pages == [(3300.0, 5400.0)]
     assert records[17]["alarm_detail"]["run"] != records[18]["alarm_detail"]["run"]
+
+
+def test_alarm_runs_are_numbered_from_one_on_a_fresh_ledger(tmp_path, vitals_model):
+    # The ledger's first charge is the warm-up baseline; the first run is still run 1.
+    config = _config(tmp_path, run_seconds=1800)
+    surge = Surge(start=14, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
+    records, ledger = _run(config, vitals_model, 24, [surge])
+    runs = [r["alarm_detail"]["run"] for r in records if r["alarm_detail"]["run"] is not None]
+    assert runs[0] == 1 and sorted(set(runs)) == list(range(1, len(ledger.span_charges("alarm_run")) + 1))
+    assert all(c["run"] in set(runs) for r in records for c in r["charges"] if "run" in c)

@@ -39,16 +39,7 @@ DELAY_S = 1.5  # per poll in the slow run: more than the lateness, so the close 
 SEED = 7
 _HAS_CONFLUENT = importlib.util.find_spec("confluent_kafka") is not None
 
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory) -> Path:
-    from monitor.model import GridKNN
-
-    path = tmp_path_factory.mktemp("model") / "model.json"
-    X = np.random.default_rng(0).normal([75, 96], [8, 1.5], size=(2000, 2))
-    GridKNN(epsilon=1.0, bounds=[(30, 220), (70, 100)], contamination=0.05, random_state=0,
-            feature_names=["hr", "spo2"]).fit(X).save(path)
-    return path
+from tests.test_service import model_path  # noqa: E402,F401 - the same two-feature model fixture
 
 
 def _config(tmp_path: Path, model_path: Path, tag: str, backend: str):

@@ -70,7 +70,29 @@ def plan_surges(days: int, per_day: int, windows_per_day: int, share: float, win
     return surges
 
 
-class Traffic:
+class _DailySchedule:
+    """Who is online when: ``people`` on average per window, swinging by +-``swing`` over each
+    day of ``days`` days of ``window_seconds`` windows (shared by both traffic sources)."""
+
+    def __init__(self, people: int, days: int, window_seconds: float, swing: float) -> None:
+        self.people = int(people)
+        self.days = int(days)
+        self.window_seconds = float(window_seconds)
+        self.swing = float(swing)
+        self.windows_per_day = int(round(86400 / self.window_seconds))
+        self.population = int(math.ceil(self.people * (1 + self.swing)))
+
+    @property
+    def n_windows(self) -> int:
+        return self.days * self.windows_per_day
+
+    def online(self, i: int) -> int:
+        """How many people send an event in window i (the daily swing)."""
+        phase = 2 * math.pi * (i % self.windows_per_day) / self.windows_per_day
+        return int(round(self.people * (1 + self.swing * math.sin(phase))))
+
+
+class Traffic(_DailySchedule):
     """Windows of events from a population of ``people`` devices.
 
     Parameters
@@ -92,26 +114,12 @@ class Traffic:
 
     def __init__(self, people: int, days: int = 30, window_seconds: float = 300.0, swing: float = 0.3,
                  drift: float = 0.08, features: Sequence = VITAL_FEATURES, seed: int | None = None) -> None:
-        self.people = int(people)
-        self.days = int(days)
-        self.window_seconds = float(window_seconds)
-        self.swing = float(swing)
+        super().__init__(people, days, window_seconds, swing)
         self.drift = float(drift)
-        self.windows_per_day = int(round(86400 / self.window_seconds))
-        self.population = int(math.ceil(self.people * (1 + self.swing)))
         self.sim = VitalsSimulator(features, n_devices=self.population, rng=seed)
         self._activity = self.sim._base["activity"].copy()
         self.order = self.sim.rng.permutation(self.population)
         self._stats: FeatureStats | None = None
-
-    @property
-    def n_windows(self) -> int:
-        return self.days * self.windows_per_day
-
-    def online(self, i: int) -> int:
-        """How many people send an event in window i (the daily swing)."""
-        phase = 2 * math.pi * (i % self.windows_per_day) / self.windows_per_day
-        return int(round(self.people * (1 + self.swing * math.sin(phase))))
 
     def window(self, i: int, surges: Sequence[Surge] = ()) -> tuple[np.ndarray, list[str], np.ndarray]:
         """Window i's events: (X raw (n, d), entity ids, anomalous mask)."""
@@ -141,7 +149,7 @@ class Traffic:
         return draw_recipe(surge.kind, self.stats, np.random.default_rng(surge.seed))
 
 
-class RowTraffic:
+class RowTraffic(_DailySchedule):
     """Days of windows built from labelled rows: each person online sends a row drawn at
     random from ``normal``; during a surge, a share of them sends a row drawn from
     ``anomalous`` (kind ``rows``) or their normal row turned anomalous by a synthetic kind.
@@ -163,25 +171,11 @@ class RowTraffic:
         if self.normal.ndim != 2 or self.normal.shape[0] == 0:
             raise ValueError("normal must be a non-empty 2-D array of rows")
         self.bounds = np.asarray(bounds, dtype=float)
-        self.people = int(people)
-        self.days = int(days)
-        self.window_seconds = float(window_seconds)
-        self.swing = float(swing)
-        self.windows_per_day = int(round(86400 / self.window_seconds))
-        self.population = int(math.ceil(self.people * (1 + self.swing)))
+        super().__init__(people, days, window_seconds, swing)
         self.rng = np.random.default_rng(seed)
         self.order = self.rng.permutation(self.population)
         self.device_ids = [f"p-{i:05d}" for i in range(self.population)]
         self.stats = FeatureStats.of(self.normal, self.bounds)
-
-    @property
-    def n_windows(self) -> int:
-        return self.days * self.windows_per_day
-
-    def online(self, i: int) -> int:
-        """How many people send an event in window i (the daily swing)."""
-        phase = 2 * math.pi * (i % self.windows_per_day) / self.windows_per_day
-        return int(round(self.people * (1 + self.swing * math.sin(phase))))
 
     def window(self, i: int, surges: Sequence[Surge] = ()) -> tuple[np.ndarray, list[str], np.ndarray]:
         """Window i's events: (X raw (n, d), entity ids, anomalous mask)."""

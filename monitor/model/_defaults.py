@@ -5,7 +5,7 @@ choosing it from the data would leak (DESIGN 2.1). It depends on d, epsilon, the
 seed and ``n``, a NOISY count of the reference records that ``GridKNN.fit`` releases first
 with a named share of the budget (SIZE_SHARE): the layout is then post-processing of a DP
 release and the model stays pure epsilon-DP. docs/model.md explains the rule and
-BENCHMARKS.md ("model") shows what it is worth.
+docs/benchmarks/model.md shows what it is worth.
 
 The rule is noise-vs-count arithmetic. With G grids sharing epsilon, every cell gets
 Laplace noise of scale G / epsilon; a grid of C cells holds n / C records a cell on
