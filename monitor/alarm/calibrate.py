@@ -44,6 +44,8 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import ndtr
 
+from monitor.alarm.units import BAND_UNITS, RESOLUTION
+
 __all__ = [
     "graded_weights",
     "weight_units",
@@ -255,9 +257,7 @@ def alarm_visibility(settings, window_seconds: float, rate: float, events_per_wi
 def _page_epsilon(settings) -> float:
     """The epsilon a page's query noise is drawn at: epsilon_page, with the noise widened by the
     run's tau band (``SurgeAlarm``: 1 + TAU_BAND times the plain scale)."""
-    from monitor.alarm.surge import RESOLUTION, TAU_BAND
-
-    return settings.epsilon_page * RESOLUTION / (RESOLUTION + round(TAU_BAND * RESOLUTION))
+    return settings.epsilon_page * RESOLUTION / (RESOLUTION + BAND_UNITS)
 
 
 def window_threshold(settings, window_seconds: float, rate: float, events_per_window: float,

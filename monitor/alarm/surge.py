@@ -55,15 +55,11 @@ from typing import Literal
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate
 from monitor.alarm.calibrate import false_page_threshold
+from monitor.alarm.units import BAND_UNITS as _BAND_UNITS
+from monitor.alarm.units import RESOLUTION, TAU_BAND
 
 __all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "TAU_BAND", "AlarmState"]
 
-# Integer units per event of the statistic: tau is a multiple of 1 / RESOLUTION.
-RESOLUTION = 1 << 12
-# Width of the band a run's tau may move in (public). Normal flagged rates drift by far
-# less within a run; the price is page noise 10 % wider, against a new run's threshold
-# (epsilon_threshold) every time a refreshed baseline moved tau at all.
-TAU_BAND = 0.1
 
 AlarmState = Literal["fired", "held", "quiet", "warming_up", "suppressed", "off"]
 
@@ -245,7 +241,6 @@ class SurgeAlarm:
         return AlarmAnswer("fired" if fired else "quiet", self.run, self.svt.epsilon_spent, threshold, baseline.rate)
 
 
-_BAND_UNITS = round(TAU_BAND * RESOLUTION)
 
 
 def _units(rate: float) -> int:
