@@ -131,6 +131,13 @@ def _fetch(url: str) -> str:
         return resp.read().decode()
 
 
+def _first_baseline_released(metrics_port: int) -> bool:
+    # The first estimate is released with the WARMUP_WINDOWS-th window.
+    text = _fetch(f"http://127.0.0.1:{metrics_port}/metrics")
+    released = [float(line.split()[-1]) for line in text.splitlines() if line.startswith("dp_monitor_windows_released_total ")]
+    return bool(released) and released[0] >= WARMUP_WINDOWS
+
+
 class _ClusteredProducer(threading.Thread):
     """`monitor simulate`'s pacing and payloads, with a clustered surge."""
 
@@ -238,11 +245,11 @@ def stack(kafka_bootstrap, tmp_path_factory):
                         kafka_bootstrap, "--seed", "3", "--log-level", "INFO")
         _wait(lambda: render.api(prom_url, "status/buildinfo"), 30, "Prometheus to start", [prom])
         _wait(lambda: _fetch(f"http://127.0.0.1:{metrics_port}/metrics"), 60, "the monitor's /metrics", [monitor])
-        # The traffic starts after the first baseline span: that estimate is degenerate
-        # (no events), announced, and the alarm warms up once more on traffic. Starting
-        # within the first span instead would make the number of warm-up charges, and so
-        # the budget arithmetic above, depend on timing.
-        time.sleep(WARMUP_WINDOWS * WINDOW_S + 1.5)
+        # The traffic starts once the first baseline estimate is out: that estimate saw no
+        # events (degenerate, announced) and the alarm warms up once more, on traffic.
+        # Starting within the first span instead would make the number of warm-up charges
+        # (the budget arithmetic above) and the first estimate's quality depend on timing.
+        _wait(lambda: _first_baseline_released(metrics_port), 30, "the first (empty) baseline estimate", [monitor])
         producer = _ClusteredProducer(parsed, kafka_bootstrap)
         t0 = time.time()
         producer.start()
