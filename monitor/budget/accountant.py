@@ -163,12 +163,14 @@ class BudgetAccountant:
         lim = (self.accountant, self.epsilon, self.delta)
         basic_new = kind in BASIC_KINDS
 
-        def with_cost(end: float) -> tuple[dict[Cost, int], dict[Cost, int]]:
-            counts, basic = self.ledger.split_charge_counts(end - period, end, BASIC_KINDS)
+        def with_cost(counts: dict[Cost, int], basic: dict[Cost, int]) -> tuple[dict[Cost, int], dict[Cost, int]]:
             return (counts, _plus_one(basic, cost)) if basic_new else (_plus_one(counts, cost), basic)
 
-        in_period, basic = self.ledger.split_charge_counts(window_end - period, window_end, BASIC_KINDS)
-        counts_now, basic_now = with_cost(window_end)
+        def held(end: float) -> tuple[dict[Cost, int], dict[Cost, int]]:
+            return self.ledger.split_charge_counts(end - period, end, BASIC_KINDS)
+
+        in_period, basic = held(window_end)
+        counts_now, basic_now = with_cost(in_period, basic)
         released = fits(counts_now, *lim, basic=basic_now) and self._within_lifetime(cost)
         # Only if windows were released out of order: every later released window's
         # trailing period that would also contain this one must stay within budget.
@@ -176,7 +178,7 @@ class BudgetAccountant:
         for end in sorted({c.window_end for c in later}):
             if not released:
                 break
-            counts, basic_later = with_cost(end)
+            counts, basic_later = with_cost(*held(end))
             released = fits(counts, *lim, basic=basic_later)
         if released:
             in_period, basic = counts_now, basic_now
