@@ -245,6 +245,12 @@ class ReportSettings(_Strict):
         "one-feature grids; else its grids) that finds each most unusual. Each event is in one part, so the whole "
         "histogram is one release of sensitivity 1 (Laplace on every part)."
     )
+    epsilon_normal_parts: float | None = Field(
+        0.025, gt=0, description="Epsilon of normal traffic's 'where': every daily baseline estimate (not the warm-up one) "
+        "also releases its span's flagged weight per part, and a report's excess in a feature is judged against that share "
+        "of this traffic (until then, against the model's own guess). Paid with the baseline, only when reports say where. "
+        "null: the model's guess only."
+    )
     k: int = Field(5, ge=1, description="An event is an outlier when fewer than k other events lie within radius.")
     radius: float = Field(0.1, gt=0, description="Neighbourhood radius in the scaled [0,1] space (normalised distance).")
     mechanism: Literal["auto", "global", "laplace", "gaussian", "student_t"] = Field(
@@ -410,7 +416,7 @@ class MonitorConfig(_Strict):
         b = self.budget
         for what, (eps, delta) in (("one detailed report", self.report_cost()),
                                    ("an alarm run that pages once", (self.alarm.run_epsilon, 0.0)),
-                                   ("one baseline estimate", (self.alarm.baseline_epsilon, 0.0)),
+                                   ("one baseline estimate", self.baseline_cost()),
                                    ("the first baseline estimate", (self.alarm.epsilon_baseline_warmup + self.alarm.epsilon_baseline_events, 0.0))):
             if eps > b.epsilon or delta > b.delta:
                 raise ValueError(
@@ -430,6 +436,24 @@ class MonitorConfig(_Strict):
         from monitor.model._defaults import min_grids
 
         return self.report.cost(len(self.features), min_grids(len(self.features)))
+
+    def normal_parts_epsilon(self, n_grids: int | None = None) -> float:
+        """What releasing normal traffic's parts adds to each daily baseline estimate:
+        ``report.epsilon_normal_parts`` when reports can happen and say where (more than one
+        model grid: ``n_grids``, or the fewest the default layout gives, as ``report_cost``),
+        else 0."""
+        from monitor.model._defaults import min_grids
+
+        r = self.report
+        grids = min_grids(len(self.features)) if n_grids is None else n_grids
+        if r.epsilon_normal_parts is None or grids <= 1 or not (r.on_alarm or r.every_seconds):
+            return 0.0
+        return r.epsilon_normal_parts
+
+    def baseline_cost(self) -> tuple[float, float]:
+        """(epsilon, delta) of one baseline estimate after the first (pure DP): the alarm's
+        flagged and event totals, and normal traffic's parts (``normal_parts_epsilon``)."""
+        return self.alarm.baseline_epsilon + self.normal_parts_epsilon(), 0.0
 
     @property
     def feature_names(self) -> list[str]:

@@ -29,14 +29,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeAlarm
-from monitor.alarm.calibrate import baseline_problem, normal_weight_kappa, weight_units
+from monitor.alarm.calibrate import baseline_problem, normal_weight_kappa, normal_weight_rate, weight_units
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
-from monitor.report import candidate_parts, grid_unusual, normal_part_shares, release_report
+from monitor.report import candidate_parts, grid_unusual, normal_part_shares, part_of, release_report
 from monitor.stream.windows import ClosedWindow
 
 __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
+
+# How far, relatively, the model's own guess of a part's normal may be off: on the vitals
+# simulator it gave activity about half its real share of normal flags (issue 28).
+MODEL_PARTS_ERROR = 1.0
 
 
 @dataclass(frozen=True)
@@ -88,10 +92,6 @@ class WindowReleaser:
                                 window_seconds=config.window.size_seconds,
                                 kappa=normal_weight_kappa(model, self.level_lo, self.level_hi),
                                 traffic_swing=a.traffic_swing)
-        self.baseline = BaselineTracker(a.epsilon_baseline_flagged, a.epsilon_baseline_events, config.window.size_seconds,
-                                        a.baseline_warmup_seconds, a.baseline_refresh_seconds,
-                                        flag_cap=a.baseline_flag_cap if config.stream.entity_field else None,
-                                        epsilon_warmup=a.epsilon_baseline_warmup, rng=self._noise)
         # Public post-processing of the model: the alarm's strict threshold, and each grid's
         # own at the same rate (which grid's flags rose is what a report points at).
         self.alarm_threshold = float(model.threshold_for(a.contamination))
@@ -99,6 +99,14 @@ class WindowReleaser:
         self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
         self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
         self.grid_features = [tuple(int(f) for f in g.features) for g in model.grids_] if self.n_grids > 1 else None
+        # The report's parts; the baseline also learns how normal traffic's weight spreads over them.
+        self.parts = candidate_parts(self.grid_features, self.n_grids) if self.n_grids > 1 else []
+        eps_parts = config.normal_parts_epsilon(self.n_grids) or None
+        self.baseline = BaselineTracker(a.epsilon_baseline_flagged, a.epsilon_baseline_events, config.window.size_seconds,
+                                        a.baseline_warmup_seconds, a.baseline_refresh_seconds,
+                                        flag_cap=a.baseline_flag_cap if config.stream.entity_field else None,
+                                        epsilon_warmup=a.epsilon_baseline_warmup, epsilon_parts=eps_parts,
+                                        n_parts=len(self.parts) if eps_parts else 0, rng=self._noise)
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
         self._run_span = (-math.inf, -math.inf)
         # The open run's charge in the ledger; the alarm publishes the run's number instead
@@ -184,7 +192,8 @@ class WindowReleaser:
         charges: list[dict] = []
 
         # Baseline: accumulate, and release on its public schedule.
-        self.baseline.learn_one(window.start, window.end, units / RESOLUTION, window.entities if self.baseline.flag_cap else ())
+        self.baseline.learn_one(window.start, window.end, units / RESOLUTION, window.entities if self.baseline.flag_cap else (),
+                                parts=self._parts_of(X, units) if self.baseline.n_parts else None)
         released_baseline = None
         if self.baseline.due(window.end):
             span_start, _ = self.baseline.span_bounds()
@@ -243,7 +252,7 @@ class WindowReleaser:
             if self._fits(window, self.report_cost, reserve):
                 # "Flagged" in a report means what the alarm counts, so a report's flagged
                 # count and rate compare with the baseline's.
-                report = {"reason": reason, **self._report(window, alarm_flags, reason)}
+                report = {"reason": reason, **self._report(window, units, reason)}
                 window_cost = self.report_cost
                 charges.append({"kind": "report", "epsilon": window_cost[0], "delta": window_cost[1]})
             else:
@@ -292,22 +301,45 @@ class WindowReleaser:
         """The alert record's entry for a charge over the open run's span (pure DP)."""
         return {"kind": kind, "run": self.alarm.run, "epsilon": epsilon, "delta": 0.0, "span": list(self._run_span)}
 
-    def _report(self, window: ClosedWindow, flagged: np.ndarray, reason: str | None = None) -> dict:
+    def _parts_of(self, X: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """Each weighted event's part (index into ``self.parts``); 0 where the weight is 0
+        (never read). Only weighted events are scored by grid: a few percent of them."""
+        out = np.zeros(len(units), dtype=np.int64)
+        on = units > 0
+        if on.any():
+            out[on] = part_of(grid_unusual(self.model, X[on], self.grid_thresholds), self.parts)
+        return out
+
+    def _normal_where(self) -> tuple[float, "Sequence[float] | None", float]:
+        """What normal traffic weighs, how it spreads over the parts, and how far the parts'
+        normals may be off, relatively (public): the baseline's released rate and parts;
+        before a baseline has released parts, the model's own guess (its calibration and its
+        sample: post-processing, computed once), which may be off by its own size
+        (MODEL_PARTS_ERROR)."""
+        est = self.baseline.estimate
+        cfg = self.config
+        share = est.rate if est is not None else normal_weight_rate(self.model, self.level_lo, self.level_hi,
+                                                                  cfg.alarm.contamination)
+        if not self.parts:
+            return share, None, 0.0
+        if est is not None and est.normal_parts is not None and len(est.normal_parts) == len(self.parts):
+            return share, est.normal_parts, 0.0
+        if getattr(self, "_model_parts", None) is None:
+            self._model_parts = normal_part_shares(
+                self.model, lambda s: weight_units(s, self.level_lo, self.level_hi, RESOLUTION), self.grid_thresholds, self.parts)
+        return share, self._model_parts, MODEL_PARTS_ERROR
+
+    def _report(self, window: ClosedWindow, units: np.ndarray, reason: str | None = None) -> dict:
+        """The window's detailed report on the alarm's own graded weights (integer units):
+        "flagged" means what the alarm counted, and compares with the baseline's rate."""
         cfg = self.config
         X = scale_to_unit(window.X, cfg.bounds) if window.n_events else np.zeros((0, len(cfg.features)))
-        unusual, normal_parts = None, None
-        if self.n_grids > 1:
-            unusual = grid_unusual(self.model, window.X, self.grid_thresholds)
-            if getattr(self, "_normal_parts", None) is None:  # public post-processing of the model, once
-                cands = candidate_parts(self.grid_features, self.n_grids)
-                self._normal_parts = normal_part_shares(self.model, self.alarm_threshold, self.grid_thresholds, cands)
-            normal_parts = self._normal_parts
-        # The alarm's flags are events above the model's threshold_for(alarm.contamination),
-        # calibrated on held-apart reference rows: normal traffic's flagged share is that
-        # contamination (the released baseline rate is the graded weights' mean, not this).
-        return release_report(X, flagged, cfg.report, cfg.feature_names, rng=self._noise,
+        unusual = grid_unusual(self.model, window.X, self.grid_thresholds) if self.parts else None
+        normal_share, normal_parts, normal_error = self._normal_where()
+        return release_report(X, units, cfg.report, cfg.feature_names, rng=self._noise,
                               grid_unusual=unusual, grid_names=self.grid_names, grid_features=self.grid_features,
-                              normal_share=cfg.alarm.contamination, normal_parts=normal_parts, reason=reason)
+                              normal_share=normal_share, normal_parts=normal_parts, normal_error=normal_error,
+                              reason=reason, resolution=RESOLUTION)
 
 
 def _run_end(window_end: float, run_seconds: float) -> float:

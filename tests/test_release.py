@@ -291,3 +291,27 @@ def test_alarm_runs_are_numbered_from_one_on_a_fresh_ledger(tmp_path, vitals_mod
     runs = [r["alarm_detail"]["run"] for r in records if r["alarm_detail"]["run"] is not None]
     assert runs[0] == 1 and sorted(set(runs)) == list(range(1, len(ledger.span_charges("alarm_run")) + 1))
     assert all(c["run"] in set(runs) for r in records for c in r["charges"] if "run" in c)
+
+
+def test_a_daily_baseline_releases_normal_parts_and_a_report_is_measured_against_them(tmp_path, vitals_model):
+    # An hourly refresh (a daily one at this test's scale), with the epsilon that keeps it precise.
+    config = _config(tmp_path, baseline_refresh_seconds=3600, epsilon_baseline_flagged=1.0)
+    surge = Surge(start=30, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
+    records, ledger = _run(config, vitals_model, 31, [surge])
+    first, daily = [r["baseline"] for r in records if r["baseline"]]
+    a = config.alarm
+    # The warm-up estimate has no parts and does not pay for them; a daily one does both.
+    assert first["normal_parts"] is None
+    assert first["epsilon"] == pytest.approx(a.epsilon_baseline_warmup + a.epsilon_baseline_events)
+    assert daily["epsilon"] == pytest.approx(config.baseline_cost()[0])
+    assert config.baseline_cost()[0] == pytest.approx(a.baseline_epsilon + config.report.epsilon_normal_parts)
+    assert [c[4] for c in ledger.span_charges("baseline")] == pytest.approx([first["epsilon"], daily["epsilon"]])
+    shares = daily["normal_parts"]
+    assert len(shares) == 5 and math.fsum(shares) == pytest.approx(1.0)
+    # The page's report: each part's normal is its released share of the baseline's rate
+    # times the noisy event count (post-processing of public numbers only).
+    page = records[30]
+    assert page["alarm"] is True and page["report"]["reason"] == "alarm"
+    events = page["report"]["event_count"]["value"]
+    normal = sorted(p["normal"] / (events * daily["rate"]) for p in page["report"]["where"]["parts"])
+    assert normal == pytest.approx(sorted(shares))

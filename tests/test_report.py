@@ -212,6 +212,34 @@ def test_two_features_that_carry_a_surge_are_both_named_and_a_normal_heavy_one_i
     assert len(rec["where"]["parts"]) == 5  # the whole histogram is published
 
 
+
+def test_a_guessed_normal_does_not_let_a_heavy_feature_lead_on_its_own():
+    # The guess says rpm holds half of normal traffic's flags (37.5 of 75 here); the stream
+    # holds 80 there (it is heavier than guessed) and a surge of 50 in temperature. Taken at
+    # face value rpm leads; counting the guess's own error (its size) temperature does, and
+    # rpm is not named.
+    rng = np.random.default_rng(3)
+    n = 1500
+    flagged = np.zeros(n, bool)
+    flagged[:130] = True
+    U = rng.random((n, 8)) * 0.1
+    U[:50, 3] = 1.0  # temperature: the surge
+    U[50:130, 6] = 1.0  # rpm
+    guess = [0.125, 0.125, 0.125, 0.5, 0.125]
+    kw = dict(grid_unusual=U, grid_names=GRID_NAMES, grid_features=LAYOUT, normal_share=0.05, normal_parts=guess,
+              reason="alarm")
+    settings = ReportSettings(epsilon_grids=5.0, epsilon_events=5.0)
+    face = [release_report(rng.random((n, 5)), flagged, settings, NAMES, rng=seed, **kw) for seed in range(20)]
+    careful = [release_report(rng.random((n, 5)), flagged, settings, NAMES, rng=seed, normal_error=1.0, **kw)
+               for seed in range(20)]
+    assert all(r["where"]["features"][0] == "rpm" for r in face)
+    assert all(r["where"]["features"] == ["temperature"] for r in careful)
+    # The published excess is the same point estimate; only its interval widens.
+    rpm = [[p for p in r["where"]["parts"] if p["features"] == ["rpm"]][0] for r in (face[0], careful[0])]
+    assert rpm[0]["excess"]["value"] == pytest.approx(rpm[1]["excess"]["value"])
+    assert rpm[1]["excess"]["accuracy"] > rpm[0]["excess"]["accuracy"] + 30
+
+
 # -- the config check: no epsilon on a count that is noise ----------------------------------------
 
 def test_a_count_wider_than_any_window_is_refused_at_config_check():

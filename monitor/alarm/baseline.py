@@ -19,6 +19,15 @@ flag_cap / (epsilon_flagged W) events per window: a fraction of an event for a d
 span, where unclipped totals would leave 1 / epsilon_flagged. Without an entity field
 each event is its own unit and both sensitivities are 1.
 
+Normal traffic's parts (issue 28). With ``epsilon_parts`` set, ``learn_one`` also takes
+each event's part (the feature that finds it most unusual, ``monitor.report.part_of``)
+and every estimate after the warm-up also releases the span's flagged weight per part:
+one histogram, each unit's clipped weight in exactly one part, so its L1 sensitivity is
+the flagged total's (Laplace of that scale on every part). Its shares say how much of
+the normal flagged weight each feature carries on this traffic: what a report's excess is
+measured against. The warm-up estimate leaves them out: over its few windows the same
+epsilon would leave them mostly noise.
+
 >>> import numpy as np
 >>> t = BaselineTracker(epsilon_flagged=1.0, epsilon_events=1.0, window_seconds=60, warmup_seconds=120,
 ...                     refresh_seconds=3600, rng=0)
@@ -56,6 +65,8 @@ class BaselineEstimate:
     standard deviation of ``rate`` around the true normal rate (sampling and noise; a
     function of public numbers only: post-processing), which the alarm's threshold
     counts so that the baseline's own error does not turn into false pages.
+    ``normal_parts`` are the shares of the flagged weight per report part (summing to 1),
+    released with this estimate or carried from the last one that had them; None before any.
     """
 
     rate: float
@@ -67,13 +78,17 @@ class BaselineEstimate:
     delta: float = 0.0
     mechanism: str = "laplace_global"
     rate_error: float = 0.0
+    normal_parts: "tuple[float, ...] | None" = None
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "BaselineEstimate":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if fields.get("normal_parts") is not None:
+            fields["normal_parts"] = tuple(float(x) for x in fields["normal_parts"])
+        return cls(**fields)
 
 
 class _UnitTotals(Counter):
@@ -96,11 +111,17 @@ class BaselineTracker:
 
     def __init__(self, epsilon_flagged: float, epsilon_events: float, window_seconds: float,
                  warmup_seconds: float, refresh_seconds: float, flag_cap: int | None = None,
-                 epsilon_warmup: float | None = None, rng=None) -> None:
+                 epsilon_warmup: float | None = None, epsilon_parts: float | None = None, n_parts: int = 0,
+                 rng=None) -> None:
         epsilon_warmup = epsilon_flagged if epsilon_warmup is None else epsilon_warmup
-        for name, value in (("epsilon_flagged", epsilon_flagged), ("epsilon_events", epsilon_events), ("epsilon_warmup", epsilon_warmup)):
+        checked = [("epsilon_flagged", epsilon_flagged), ("epsilon_events", epsilon_events), ("epsilon_warmup", epsilon_warmup)]
+        for name, value in checked + ([("epsilon_parts", epsilon_parts)] if epsilon_parts is not None else []):
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        if epsilon_parts is not None and n_parts < 2:
+            raise ValueError(f"epsilon_parts needs at least 2 parts, got n_parts={n_parts!r}")
+        self.epsilon_parts = None if epsilon_parts is None else float(epsilon_parts)
+        self.n_parts = int(n_parts) if epsilon_parts is not None else 0
         self.epsilon_flagged = float(epsilon_flagged)
         self.epsilon_events = float(epsilon_events)
         self.epsilon_warmup = float(epsilon_warmup)
@@ -117,6 +138,7 @@ class BaselineTracker:
         self._span_start: float | None = None
         self._flagged = 0.0
         self._events = 0
+        self._parts = np.zeros(self.n_parts)
 
     @property
     def _next_epsilon_flagged(self) -> float:
@@ -137,9 +159,13 @@ class BaselineTracker:
         return self._released <= 1 and baseline_problem(self.estimate.rate, self.estimate.events_per_window) is not None
 
     @property
+    def _releases_parts(self) -> bool:
+        return self.epsilon_parts is not None and not self.warming_up
+
+    @property
     def epsilon(self) -> float:
         """What the next estimate costs."""
-        return self._next_epsilon_flagged + self.epsilon_events
+        return self._next_epsilon_flagged + self.epsilon_events + (self.epsilon_parts if self._releases_parts else 0.0)
 
     def span_length(self) -> float:
         """Length of the span the next estimate covers (public)."""
@@ -152,28 +178,40 @@ class BaselineTracker:
         return self._span_start, self._span_start + self.span_length()
 
     def learn_one(self, window_start: float, window_end: float, flagged: "np.ndarray | Sequence[bool] | Sequence[float]",
-                  entities: "Sequence[str | None]" = ()) -> None:
+                  entities: "Sequence[str | None]" = (), parts: "np.ndarray | None" = None) -> None:
         """Add one window's events to the current span: ``flagged`` per event (a flag, or a
-        weight in [0, 1]), and with ``flag_cap`` set, each event's entity (to clip a unit's
-        total weight)."""
+        weight in [0, 1]); with ``flag_cap`` set, each event's entity (to clip a unit's
+        total weight); with ``epsilon_parts`` set, each event's part (an index below
+        ``n_parts``; read only where the weight is positive)."""
         if self._span_start is None:
             self._span_start = float(window_start)
         w = np.asarray(flagged).reshape(-1)
         # A weight outside [0, 1] (or NaN) would break the sensitivity: clip it here, whatever the caller did.
         w = np.clip(np.nan_to_num(w.astype(float), nan=0.0), 0.0, 1.0)
         self._events += int(w.size)
+        on = np.flatnonzero(w > 0)
+        if self.n_parts:
+            if parts is None or np.shape(parts) != w.shape:
+                raise ValueError("epsilon_parts needs one part per event")
+            p = np.asarray(parts)[on]
+            if p.size and (p.min() < 0 or p.max() >= self.n_parts):
+                raise ValueError(f"a flagged event's part is outside [0, {self.n_parts})")
         if self.flag_cap is None:
             self._flagged += float(w.sum())
+            if self.n_parts:
+                np.add.at(self._parts, p, w[on])
             return
         if len(entities) != w.size:
             raise ValueError("flag_cap needs one entity per event")
-        for i in np.flatnonzero(w > 0):
+        for j, i in enumerate(on):
             e = entities[i]
             room = self.flag_cap - self._per_unit[e]
             if room > 0:
                 add = min(float(w[i]), room)
                 self._per_unit[e] += add
                 self._flagged += add
+                if self.n_parts:
+                    self._parts[p[j]] += add
 
     def due(self, window_end: float) -> bool:
         """Has the current span reached its scheduled length (a function of time only)?"""
@@ -196,6 +234,11 @@ class BaselineTracker:
         epsilon, eps_flagged = self.epsilon, self._next_epsilon_flagged
         flagged = self._noise.laplace(flagged_sensitivity / eps_flagged, center=float(self._flagged))
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
+        normal_parts = self.estimate.normal_parts if self.estimate is not None else None
+        if self._releases_parts:
+            # One histogram: a unit's clipped weight is in one part, L1 sensitivity = the flagged total's.
+            noisy = self._noise.laplace(flagged_sensitivity / self.epsilon_parts, center=self._parts.astype(float))
+            normal_parts = _shares(np.atleast_1d(noisy)) or normal_parts
         # Post-processing: a rate in [0, 1]; with (almost) no traffic keep the previous one.
         if events >= w:
             rate = min(1.0, max(0.0, flagged / events))
@@ -206,7 +249,7 @@ class BaselineTracker:
                                     events_sensitivity)
         self.estimate = BaselineEstimate(
             rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
-            span_windows=w, epsilon=epsilon, rate_error=error,
+            span_windows=w, epsilon=epsilon, rate_error=error, normal_parts=normal_parts,
         )
         self._released += 1
         self.skip()
@@ -215,8 +258,19 @@ class BaselineTracker:
     def skip(self) -> None:
         """Drop the current span unreleased (the budget could not pay for it)."""
         self._span_start, self._flagged, self._events = None, 0.0, 0
+        self._parts = np.zeros(self.n_parts)
         self._per_unit.clear()
 
     def resume(self, estimate: BaselineEstimate | None) -> None:
         """Continue from a published estimate (after a restart): no warm-up again."""
         self.estimate = estimate
+
+
+def _shares(noisy: np.ndarray) -> "tuple[float, ...] | None":
+    """Noisy part totals as shares of their sum (post-processing): negatives are 0; None
+    when nothing is left."""
+    clipped = np.maximum(noisy, 0.0)
+    total = float(clipped.sum())
+    if not total > 0:
+        return None
+    return tuple(float(x) for x in clipped / total)

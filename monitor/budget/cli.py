@@ -99,7 +99,7 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
         "costs": {
             "alarm_run": {"epsilon": config.alarm.epsilon_threshold, "delta": 0.0},
             "alarm_page": {"epsilon": config.alarm.epsilon_page, "delta": 0.0},
-            "baseline": {"epsilon": config.alarm.baseline_epsilon, "delta": 0.0},
+            "baseline": {"epsilon": config.baseline_cost()[0], "delta": 0.0},
             "report": {"epsilon": report_cost[0], "delta": report_cost[1]},
         },
     }

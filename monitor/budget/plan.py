@@ -193,7 +193,7 @@ def plan_from_config(config) -> BudgetPlan:
         # A rolling period not aligned on the runs (or the baseline spans) overlaps one more of
         # them (runs: once a run has paged and ended at its boundary).
         runs_per_period=math.ceil(b.period_seconds / a.run_seconds - 1e-9) + 1, page_cost=(a.epsilon_page, 0.0),
-        baseline_cost=(a.baseline_epsilon, 0.0),
+        baseline_cost=config.baseline_cost(),
         baselines_per_period=math.ceil(b.period_seconds / a.baseline_refresh_seconds - 1e-9) + 1,
         report_cost=config.report_cost(),
         scheduled_reports_per_period=math.ceil(b.period_seconds / r.every_seconds - 1e-9) if r.every_seconds else 0,

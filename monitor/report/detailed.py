@@ -35,6 +35,7 @@ def release_report(
     grid_features: "Sequence[Sequence[int]] | None" = None,
     normal_share: float = 0.0,
     normal_parts: "Sequence[float] | None" = None,
+    normal_error: float = 0.0,
     reason: str | None = None,
     resolution: int = 1,
 ) -> dict:
@@ -64,8 +65,13 @@ def release_report(
     normal_share, normal_parts:
         Public: the share of normal events the alarm flags (its released baseline rate, or
         its calibrated contamination), and how normal traffic's flagged events spread over
-        the parts (``normal_part_shares``; even when None). A part's excess is its count
-        less normal_parts[part] x normal_share x the noisy event count.
+        the parts (a baseline's released ``normal_parts``, or the model's guess
+        ``normal_part_shares``; even when None). A part's excess is its count less
+        normal_parts[part] x normal_share x the noisy event count.
+    normal_error:
+        Public: how far, relatively, each part's normal may be off (0 for released parts;
+        about 1 for the model's guess). Widens the excess's interval and lowers the
+        rank of a part by that much of its normal.
     reason:
         "alarm" for a page (the headline then says "surge"), anything else otherwise.
     resolution:
@@ -136,7 +142,8 @@ def release_report(
     where = None
     if n_grids > 1:
         pi = np.full(len(cands), 1.0 / len(cands)) if normal_parts is None else np.asarray(normal_parts, dtype=float)
-        where = _where(cands, parts, float(normal_share) * pi, events, grid_names, grid_features, feature_names, settings)
+        where = _where(cands, parts, float(normal_share) * pi, events, grid_names, grid_features, feature_names, settings,
+                       normal_error)
     epsilon, delta = settings.cost(d, n_grids)
     rec = {
         "event_count": _public(events),
@@ -177,22 +184,23 @@ def _with_value(release: Release, value: float) -> Release:
 
 
 def _where(cands: list[int], parts: list[Release], shares: np.ndarray, events: Release, grid_names: Sequence[str],
-           grid_features: "Sequence[Sequence[int]] | None", feature_names: Sequence[str], settings: ReportSettings) -> dict:
+           grid_features: "Sequence[Sequence[int]] | None", feature_names: Sequence[str], settings: ReportSettings, normal_error: float = 0.0) -> dict:
     """The 'where' block: every part, largest excess first, with its flagged count, what
     normal traffic would put in it (its share of the normal flags times the noisy event
     count), and its excess; and the features it names.
 
     The excess is floored at 0 and has a conservative 95 % half-width (the two
-    half-widths added). The part with the largest excess is named when that excess is
-    positive; a later one only if the low end of its excess's 95 % interval reaches half
-    the first's excess (a surge carried evenly by two features names both; a feature
-    holding more normal flags than the model's sample says, the commonest false lead in
-    the benchmark, does not add itself).
+    half-widths added, and ``normal_error`` x the normal when the normal parts are only a
+    guess). Parts are ranked by their excess less that guess's own error (so a feature
+    whose normal share the guess may have put too low does not lead on it alone). The
+    first part is named when its excess is positive; a later one only if the low end of
+    its excess's 95 % interval reaches half the first's excess (a surge carried evenly by
+    two features names both; a heavy-tailed feature does not add itself).
     """
     normal = shares * events.value
-    normal_acc = shares * (events.accuracy or 0.0)
+    normal_acc = shares * (events.accuracy or 0.0) + normal_error * normal
     excess = np.array([p.value for p in parts]) - normal
-    order = sorted(range(len(parts)), key=lambda j: -excess[j])
+    order = sorted(range(len(parts)), key=lambda j: -(excess[j] - normal_error * normal[j]))
     out_parts, named = [], []
     for rank, j in enumerate(order, start=1):
         g, count = cands[j], parts[j]

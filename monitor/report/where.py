@@ -12,13 +12,13 @@ Laplace noise, with the counts published besides).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from monitor.dp import NoiseSource, Release, laplace_count
 
-__all__ = ["candidate_parts", "grid_unusual", "normal_part_shares", "part_counts", "release_parts"]
+__all__ = ["candidate_parts", "grid_unusual", "normal_part_shares", "part_counts", "part_of", "release_parts"]
 
 
 def candidate_parts(grid_features: Sequence[Sequence[int]] | None, n_grids: int) -> list[int]:
@@ -55,13 +55,22 @@ def part_counts(flagged: np.ndarray, grid_unusual: np.ndarray, candidates: Seque
     [1.0, 1.0]
     """
     w = np.asarray(flagged).reshape(-1).astype(float)
-    U = np.asarray(grid_unusual, dtype=float)[:, list(candidates)]
     out = np.zeros(len(candidates))
     on = w > 0
     if on.any():
-        # NaN (a grid that cannot say) never wins; ties go to the first candidate
-        np.add.at(out, np.argmax(np.nan_to_num(U[on], nan=-np.inf), axis=1), w[on])
+        np.add.at(out, part_of(np.asarray(grid_unusual, dtype=float)[on], candidates), w[on])
     return out
+
+
+def part_of(grid_unusual: np.ndarray, candidates: Sequence[int]) -> np.ndarray:
+    """Each event's part: the index (into ``candidates``) of the candidate grid that finds it
+    the most unusual. NaN (a grid that cannot say) never wins; ties go to the first.
+
+    >>> part_of(np.array([[0.1, 0.9, 0.5], [0.8, np.nan, 0.2]]), [1, 2]).tolist()
+    [0, 1]
+    """
+    U = np.asarray(grid_unusual, dtype=float).reshape(-1, np.shape(grid_unusual)[-1])[:, list(candidates)]
+    return np.argmax(np.nan_to_num(U, nan=-np.inf), axis=1)
 
 
 def release_parts(counts: np.ndarray, epsilon: float, src: NoiseSource, resolution: int = 1) -> list[Release]:
@@ -95,15 +104,19 @@ def grid_unusual(model, X_raw: np.ndarray, grid_thresholds: np.ndarray) -> np.nd
     return -share + 1e-9 * np.tanh(ratio)
 
 
-def normal_part_shares(model, alarm_threshold: float, grid_thresholds: np.ndarray, candidates: Sequence[int],
-                       seed: int = 0) -> np.ndarray:
-    """How the flagged events of NORMAL traffic spread over the parts: shares summing to 1.
+def normal_part_shares(model, weigh: Callable[[np.ndarray], np.ndarray], grid_thresholds: np.ndarray,
+                       candidates: Sequence[int], seed: int = 0) -> np.ndarray:
+    """The model's own guess of how NORMAL traffic's flagged weight spreads over the parts:
+    shares summing to 1. The report uses it until a baseline has released the parts of real
+    traffic (``BaselineEstimate.normal_parts``), which are better: the model's sample misses
+    how heavy a feature's tail is on live data.
 
-    Drawn from the model's own noisy mass (its public synthetic sample, fixed seed): the
-    points it flags at the alarm's threshold, attributed like window events. Post-processing
-    of the private model, free. Normal flags are not spread evenly: a heavy-tailed feature
-    holds many of them, and without this a surge elsewhere would name it too. Even shares
-    when the model cannot draw a sample (or flags none of it).
+    ``weigh`` maps model scores to each event's weight (a flag, or the alarm's graded
+    weight). Drawn from the model's own noisy mass (its public synthetic sample, fixed
+    seed), attributed like window events: post-processing of the private model, free.
+    Normal flags are not spread evenly: a heavy-tailed feature holds many of them, and
+    without this a surge elsewhere would name it too. Even shares when the model cannot
+    draw a sample (or weighs none of it).
     """
     m = len(candidates)
     even = np.full(m, 1.0 / m)
@@ -113,9 +126,9 @@ def normal_part_shares(model, alarm_threshold: float, grid_thresholds: np.ndarra
     U = sample(np.random.default_rng(seed))
     bounds = np.asarray(model.bounds_, dtype=float)
     X = bounds[:, 0] + U * (bounds[:, 1] - bounds[:, 0])  # back to raw units: the model scales them again
-    flags = model.score_samples(X) > alarm_threshold
-    if flags.sum() < 10 * m:
+    w = np.asarray(weigh(model.score_samples(X)), dtype=float)
+    if np.count_nonzero(w) < 10 * m:
         return even
-    counts = part_counts(flags, grid_unusual(model, X, grid_thresholds), candidates)
+    counts = part_counts(w, grid_unusual(model, X, grid_thresholds), candidates)
     # A little even mass, so that no part is expected to hold nothing (the sample is finite).
     return 0.9 * counts / counts.sum() + 0.1 * even

@@ -432,9 +432,10 @@ def _print_summary(console, board: ReleaseBoard, stats: SimulationStats, config,
     console.print(f"  privacy: the alarm path spent epsilon {alarm_eps:.2f} per person ({runs} alarm run(s) of "
                   f"{a.epsilon_threshold:g}, {a.epsilon_page:g} per page, and the baseline), detailed reports {report_eps:.2f}; delta 0.")
     # The shipped settings (the config's defaults are config.yaml's), not the demo's warm-up shares.
-    shipped = type(a)()
-    console.print(f"  with config.yaml's 5-minute windows the alarm costs about {shipped.epsilon_threshold + shipped.baseline_epsilon:.2f} "
-                  f"per person on a UTC day without a page, plus {shipped.epsilon_page:g} and one report per page "
+    shipped = type(config)(features=config.features)
+    day = shipped.alarm.epsilon_threshold + shipped.baseline_cost()[0]
+    console.print(f"  with config.yaml's 5-minute windows the alarm costs about {day:.2f} "
+                  f"per person on a UTC day without a page, plus {shipped.alarm.epsilon_page:g} and one report per page "
                   "(docs/benchmarks/alarm.md, \"Surge alarm\")")
     scraped = "served while running" if metrics_text else "not reachable at the end"
     console.print(f"  metrics: {service.metrics_url} ({scraped}); operational metrics (not private): {service.operational_metrics_url}")

@@ -52,7 +52,7 @@ class MonitorMetrics:
         self.baseline_events = Gauge(p + "baseline_events_per_window", "Released mean events per window of the baseline span (DP).", registry=r)
         # -- detailed reports (DP) ------------------------------------------------------------
         self.report_event_count = Gauge(p + "report_event_count", "Noisy event count of the last reported window (DP).", registry=r)
-        self.report_flagged_count = Gauge(p + "report_flagged_count", "Noisy count of model-flagged events of the last reported window (DP).", registry=r)
+        self.report_flagged_count = Gauge(p + "report_flagged_count", "Noisy flagged count of the last reported window: the alarm's graded weights, in events (DP).", registry=r)
         self.report_outlier_count = Gauge(
             p + "report_outlier_count", "Noisy full-space outlier count of the last reported window (DP); NaN when the report "
             "releases none (report.epsilon_count null, the default).", registry=r)

@@ -1,0 +1,110 @@
+"""Normal traffic's parts (issue 28): each daily baseline also releases how the flagged
+weight spreads over the report's parts, and pays for it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from monitor.alarm import BaselineEstimate, BaselineTracker
+from monitor.config import parse_config
+
+
+def _tracker(cap: int | None = 3, eps_parts: float = 0.5, rng=0, warmup: float = 120.0) -> BaselineTracker:
+    return BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=warmup, refresh_seconds=240, flag_cap=cap,
+                           epsilon_parts=eps_parts, n_parts=3, rng=rng)
+
+
+def _feed(t: BaselineTracker, start: float, windows: int, heavy: bool) -> None:
+    """Windows of 30 people; person "heavy" (when present) weighs 1 in every window, in a
+    part that changes each window (the worst case for a per-part bound)."""
+    for i in range(windows):
+        w = np.array([1.0, 0.0, 0.4, 0.0, 1.0, 0.0] + [0.0] * 24 + ([1.0] if heavy else []))
+        parts = np.array([0, 0, 1, 2, 2, 1] + [0] * 24 + ([i % 3] if heavy else []))
+        ents = [f"p{j}" for j in range(30)] + (["heavy"] if heavy else [])
+        t.learn_one(start + 60 * i, start + 60 * (i + 1), w, ents, parts=parts)
+
+
+@pytest.mark.parametrize("cap,windows", [(3, 4), (3, 2), (None, 4)])
+def test_one_unit_moves_the_parts_by_at_most_the_flagged_totals_sensitivity(cap, windows):
+    a, b = _tracker(cap), _tracker(cap)
+    _feed(a, 0, windows, heavy=False)
+    _feed(b, 0, windows, heavy=True)
+    moved = np.abs(b._parts - a._parts).sum()
+    bound = (1 if cap is None else min(cap, windows)) if cap is not None else windows  # no cap: one event per unit
+    assert moved == pytest.approx(b._flagged - a._flagged)  # the parts hold exactly the flagged total
+    if cap is not None:
+        assert moved == pytest.approx(min(cap, windows))  # reached: the bound is tight
+    assert moved <= bound + 1e-12
+
+
+def test_the_warm_up_estimate_has_no_parts_and_does_not_pay_for_them():
+    t = _tracker()
+    assert t.epsilon == 2.0  # warm-up: flagged and events only
+    _feed(t, 0, 2, heavy=False)
+    first = t.release(120)
+    assert first.normal_parts is None and first.epsilon == 2.0
+    assert t.epsilon == 2.5  # a daily estimate pays epsilon_parts too
+    _feed(t, 120, 4, heavy=False)
+    second = t.release(360)
+    assert second.epsilon == 2.5 and len(second.normal_parts) == 3
+    assert math.fsum(second.normal_parts) == pytest.approx(1.0) and min(second.normal_parts) >= 0.0
+    again = BaselineEstimate.from_dict(second.as_dict())  # a restart reads it back from the alert record
+    assert again == second
+
+
+def test_parts_need_one_index_per_event_inside_the_range():
+    t = _tracker()
+    with pytest.raises(ValueError, match="one part per event"):
+        t.learn_one(0, 60, np.array([1.0, 0.0]), ["a", "b"])
+    with pytest.raises(ValueError, match="outside"):
+        t.learn_one(0, 60, np.array([1.0, 0.0]), ["a", "b"], parts=np.array([3, 0]))
+    with pytest.raises(ValueError, match="at least 2 parts"):
+        BaselineTracker(1.0, 1.0, 60, 120, 240, epsilon_parts=0.1, n_parts=1)
+
+
+def _released_part0(heavy: bool, seed: int, capture: list) -> float:
+    t = _tracker(cap=2, eps_parts=1.0, rng=seed, warmup=60.0)
+    _feed(t, 0, 1, heavy=False)
+    t.release(60)  # the warm-up estimate
+    for i in range(4):  # the heavy unit's weight all in part 0: its count moves by the full cap
+        t.learn_one(60 + 60 * i, 120 + 60 * i, np.array([1.0, 0.4] + [0.0] * 28 + ([1.0] if heavy else [])),
+                    [f"p{j}" for j in range(30)] + (["heavy"] if heavy else []),
+                    parts=np.array([0, 1] + [2] * 28 + ([0] if heavy else [])))
+    t.release(300)
+    return capture[-1][0]
+
+
+def test_released_parts_of_neighbouring_spans_are_within_e_to_the_epsilon(monkeypatch):
+    # The noisy part totals (what the shares are computed from) on spans that differ by one
+    # heavy unit, clipped at 2 weights: every bin's probability ratio within e^epsilon_parts,
+    # up to sampling error, and the bound nearly reached in the tails (so too little noise
+    # would show).
+    import monitor.alarm.baseline as baseline
+
+    capture: list = []
+    real = baseline._shares
+    monkeypatch.setattr(baseline, "_shares", lambda noisy: (capture.append(np.array(noisy)), real(noisy))[1])
+    eps, trials = 1.0, 3000
+    s0 = np.array([_released_part0(False, 2 * i, capture) for i in range(trials)])
+    s1 = np.array([_released_part0(True, 2 * i + 1, capture) for i in range(trials)])
+    edges = np.quantile(np.concatenate([s0, s1]), np.linspace(0, 1, 11))
+    h0, _ = np.histogram(s0, edges)
+    h1, _ = np.histogram(s1, edges)
+    ok = (h0 >= 100) & (h1 >= 100)
+    ratios = np.abs(np.log(h1[ok] / h0[ok]))
+    assert ratios.max() <= eps + 0.2
+    assert ratios.max() >= 0.6 * eps
+
+
+def test_the_daily_baseline_pays_for_the_parts_only_when_reports_say_where():
+    features = [{"name": f"x{i}", "min": 0, "max": 1} for i in range(5)]
+    on = parse_config({"features": features})
+    off = parse_config({"features": features, "report": {"on_alarm": False}})
+    none = parse_config({"features": features, "report": {"epsilon_normal_parts": None}})
+    assert on.baseline_cost()[0] == pytest.approx(on.alarm.baseline_epsilon + 0.025)
+    assert off.baseline_cost()[0] == none.baseline_cost()[0] == pytest.approx(on.alarm.baseline_epsilon)
+    one_feature = parse_config({"features": features[:1]})  # one grid: no 'where', nothing to pay
+    assert one_feature.baseline_cost()[0] == pytest.approx(one_feature.alarm.baseline_epsilon)
