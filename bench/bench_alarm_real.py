@@ -128,13 +128,16 @@ def _keys(X: np.ndarray) -> np.ndarray:
 
 
 def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
-               levels: np.ndarray) -> dict:
-    """One day through WindowReleaser; per window the state, the events and the exact flagged count at each level."""
+               levels: np.ndarray, kappa: float | None = None) -> dict:
+    """One day through WindowReleaser; per window the state, the events and the exact flagged count at each level.
+    ``kappa`` (a diagnostic, not private) replaces the threshold's kappa from the model's calibration."""
     with tempfile.TemporaryDirectory() as tmp:
         ledger = WindowLedger(Path(tmp) / "ledger.sqlite")
         b = config.budget
         accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
         releaser = WindowReleaser(config, accountant, model, rng=seed)
+        if kappa is not None:
+            releaser.alarm.kappa = kappa
         size = config.window.size_seconds
         states, n, F, thresholds, epsilons = [], [], [], [], []
         for i in range(traffic.n_windows):
@@ -166,7 +169,7 @@ def exact_constants(n: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> n
 
 
 def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int, quiet: bool = True,
-            kind: str = "rows") -> dict:
+            kind: str = "rows", traffic_kappa: bool = False) -> dict:
     R, T, A, bounds = load_set(name, seed)
     with tempfile.TemporaryDirectory() as tmp:
         config = make_config(base, bounds, Path(tmp) / "unused.sqlite")
@@ -176,6 +179,12 @@ def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int
     levels = np.quantile(normal_scores, 1.0 - np.array(LEVELS))
     p = (normal_scores[:, None] > levels[None, :]).mean(axis=0)  # the EXACT normal rate at each level
     flagged_share = float((normal_scores > model.threshold_for(config.alarm.contamination)).mean())
+    kappa = None
+    if traffic_kappa:  # the diagnostic: the traffic's own E[w^2] / E[w] (an oracle, not private)
+        from monitor.alarm.calibrate import graded_weights
+        a = config.alarm
+        w = graded_weights(normal_scores, model.threshold_for(a.contamination_graded), model.threshold_for(a.contamination))
+        kappa = float(min(1.0, (w ** 2).mean() / w.mean())) if w.mean() > 0 else None
     size = config.window.size_seconds
     warm = int(math.ceil(config.alarm.baseline_warmup_seconds / size))
     wpd = int(round(86400 / size))
@@ -184,7 +193,7 @@ def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int
         traffic = RowTraffic(T, A, bounds, people=people, days=1, window_seconds=size, seed=seed * 7 + (label == "quiet"))
         surges = plan_surges(1, per_day, wpd, share, rng=seed * 13 + 1, kinds=(kind,), first=warm + 1) if per_day else []
         t0 = time.perf_counter()
-        res = replay_day(config, cached, traffic, surges, seed * 101 + (label == "quiet"), levels)
+        res = replay_day(config, cached, traffic, surges, seed * 101 + (label == "quiet"), levels, kappa)
         res["seconds"] = time.perf_counter() - t0
         res["surges"] = [s.start for s in surges]
         days[label] = res
@@ -338,6 +347,8 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "config.yaml"))
     ap.add_argument("--legacy", action="store_true", help="the alarm before issue 26 for comparison: the plain flag at "
                     "alarm.contamination and the absolute threshold 21 + 1 sd + 10 %% of the expected count")
+    ap.add_argument("--kappa", choices=("model", "traffic"), default="model", help="the threshold's kappa: the model's "
+                    "calibration (shipped) or the traffic's own E[w^2] / E[w] (a diagnostic oracle; not with --write)")
     ap.add_argument("--sweep", action="store_true", help="choose the two levels: expected pages per pair (computed)")
     ap.add_argument("--json", type=Path, help="write every result here")
     ap.add_argument("--from-json", type=Path, help="summarise (and --write) results saved with --json, without running")
@@ -345,6 +356,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, help="with --from-json: how long that run took")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks/alarm-real.md")
     args = ap.parse_args()
+    if args.kappa == "traffic" and args.write:
+        ap.error("--kappa traffic is a diagnostic: it writes no section")
     base = load_config(args.config)
     if args.legacy:
         data = base.model_dump(mode="json")
@@ -370,7 +383,8 @@ def main() -> None:
             for kind in args.kinds:
                 for seed in range(1, args.seeds + 1):
                     # Quiet days do not depend on the anomaly kind: one per set, seed and scale.
-                    r = run_one(base, name, people, share, seed, quiet=kind == args.kinds[0], kind=kind)
+                    r = run_one(base, name, people, share, seed, quiet=kind == args.kinds[0], kind=kind,
+                                traffic_kappa=args.kappa == "traffic")
                     results.append(r)
                     print(f"{people:>6} {share:.2f} {name:16s} {kind:16s} seed {seed}: private {r['private_first']}/{r['surges']}, "
                           f"exact same {r['exact_first'][LEVELS.index(0.01)]}, best {max(r['exact_first'])}, "

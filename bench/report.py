@@ -23,6 +23,7 @@ PAGES: dict[str, str] = {
     "core_cost_million": "outliers.md",
     "model": "model.md",
     "model-ceiling": "model.md",
+    "model-projections": "model.md",
     "calibration": "calibration.md",
     "budget": "budget.md",
     "stream": "stream.md",
