@@ -556,11 +556,16 @@ class ServiceProcess:
 
 
 def read_audit(path: Path) -> list[dict]:
-    """Every line of the audit file, in order (a window may appear twice after a crash)."""
+    """Every line of the audit file, in order (a window may appear twice after a crash).
+
+    A last line without its newline is a write still in progress (the monitor is running,
+    and a reader may see part of one write): it is left for the next read. A line that is
+    not JSON anywhere else is a torn write, and fails the test."""
     if not path.exists():
         return []
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    complete = path.read_text(encoding="utf-8").split("\n")[:-1]  # the part after the last newline is unfinished
+    for n, line in enumerate(complete, 1):
         if not line.strip():
             continue
         try:
