@@ -166,6 +166,25 @@ def test_the_derived_threshold_keeps_the_stated_false_page_rate():
                                    window_seconds=300) == pytest.approx(target, rel=1e-3)
 
 
+def test_at_one_false_page_a_month_the_threshold_counts_the_skew_of_rare_flags():
+    """At the shipped rate (1 per 30 days: one window in 8,640) the tail of a count of rare
+    flags is heavier than a normal one: 20 million simulated quiet windows (binomial flags,
+    next to no sparse-vector noise, so the count's own tail decides) page at most at the
+    stated rate with the derived threshold, where a normal tail's threshold pages 1.6 times as
+    often."""
+    from scipy.stats import norm
+
+    n, tau = 1500, 0.02
+    kw = dict(rate=tau, events=n, rate_error=0.0, epsilon_threshold=1e3, epsilon_page=1e3, window_seconds=300)
+    T = false_page_threshold(false_pages_per_30_days=1.0, **kw)
+    rng = np.random.default_rng(26)
+    excess = np.concatenate([rng.binomial(n, tau, 5_000_000) for _ in range(4)]) - tau * n
+    per_30_days = lambda t: float(np.mean(excess >= t)) * 8640  # noqa: E731
+    assert 0.5 <= per_30_days(T) <= 1.1, (T, per_30_days(T))
+    normal_T = math.sqrt(n * tau) * norm.isf(1 / 8640)
+    assert per_30_days(normal_T) >= 1.6, (normal_T, per_30_days(normal_T))
+
+
 def test_the_baseline_error_and_the_traffic_swing_raise_the_threshold():
     kw = dict(rate=0.02, events=10_000, epsilon_threshold=0.6, epsilon_page=0.5, false_pages_per_30_days=1.0, window_seconds=300)
     plain = false_page_threshold(rate_error=0.0, **kw)
