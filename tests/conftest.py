@@ -57,3 +57,19 @@ def shared_datasets() -> Path:
     if not SHARED_DATASETS.is_dir():
         pytest.skip(f"shared datasets not found at {SHARED_DATASETS}")
     return SHARED_DATASETS
+
+
+# Test files whose tests run several real processes against real time (SIGKILLs, several
+# stage-1 instances, broker restarts, the demo). With the suite on 4 workers they share one
+# worker, one file after another: two of them at once starved a 2-core machine until
+# windows were released half a minute late and a SIGTERM could not finish in time.
+PROCESS_HEAVY = {"test_crash.py", "test_instances.py", "test_join_crash.py", "test_broker_restart.py", "test_fuzz.py",
+                 "test_window_contents.py", "test_demo.py", "test_budget_durability.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """xdist groups (``--dist loadgroup``): one group per test file, as ``loadfile`` would
+    (a file's module fixtures start once), except that the PROCESS_HEAVY files form one."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("process-heavy" if name in PROCESS_HEAVY else name))
