@@ -60,8 +60,8 @@ def shared_datasets() -> Path:
 
 
 # Test files whose tests run several real processes against real time (SIGKILLs, several
-# stage-1 instances, broker restarts, the demo). With the suite on 4 workers they share one
-# worker, one file after another: two of them at once starved a 2-core machine until
+# stage-1 instances, broker restarts, the demo). With the suite on several workers they share one
+# worker, one file after another: two of them at once (4 workers) starved a 2-core machine until
 # windows were released half a minute late and a SIGTERM could not finish in time.
 PROCESS_HEAVY = {"test_crash.py", "test_instances.py", "test_join_crash.py", "test_broker_restart.py", "test_fuzz.py",
                  "test_window_contents.py", "test_demo.py", "test_budget_durability.py"}
