@@ -152,7 +152,7 @@ def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, 
         day_spent = accountant.spent(traffic.n_windows * size)[0]
         ledger.close()
     return {"states": states, "n": np.array(n), "F": np.array(F), "spent": day_spent, "thresholds": thresholds,
-            "alarm_threshold": releaser.alarm_threshold}
+            "alarm_threshold": releaser.level_hi}
 
 
 def exact_constants(n: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:

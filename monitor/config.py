@@ -200,7 +200,8 @@ class AlarmSettings(_Strict):
     epsilon_baseline_events: float = Field(0.02, gt=0, description="Epsilon of a baseline estimate's event total.")
     baseline_flag_cap: int = Field(
         16, ge=1, description="Flagged events of one entity counted per baseline span (clipping bounds the estimate's sensitivity; "
-        "a normal person is rarely flagged). Used with stream.entity_field; without it each event is its own unit."
+        "a normal person is rarely flagged): the warm-up span's cap and the least of a later span's, which grows with the "
+        "released traffic. Used with stream.entity_field; without it each event is its own unit."
     )
 
     @property

@@ -92,9 +92,8 @@ class WindowReleaser:
                                 window_seconds=config.window.size_seconds,
                                 kappa=normal_weight_kappa(model, self.level_lo, self.level_hi),
                                 traffic_swing=a.traffic_swing)
-        # Public post-processing of the model: the alarm's strict threshold, and each grid's
-        # own at the same rate (which grid's flags rose is what a report points at).
-        self.alarm_threshold = float(model.threshold_for(a.contamination))
+        # Public post-processing of the model: each grid's own threshold at the alarm's rate
+        # (which grid's flags rose is what a report points at).
         self.n_grids = len(getattr(model, "grids_", ()))
         self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
         self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
@@ -106,7 +105,8 @@ class WindowReleaser:
                                         a.baseline_warmup_seconds, a.baseline_refresh_seconds,
                                         flag_cap=a.baseline_flag_cap if config.stream.entity_field else None,
                                         epsilon_warmup=a.epsilon_baseline_warmup, epsilon_parts=eps_parts,
-                                        n_parts=len(self.parts) if eps_parts else 0, rng=self._noise)
+                                        n_parts=len(self.parts) if eps_parts else 0,
+                                        release_kappa=self.level_lo < self.level_hi, rng=self._noise)
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
         self._run_span = (-math.inf, -math.inf)
         # The open run's charge in the ledger; the alarm publishes the run's number instead
@@ -183,17 +183,20 @@ class WindowReleaser:
         X = window.X
         n = window.n_events
         scores = self.model.score_samples(X) if n else np.zeros(0)
-        alarm_flags = scores > self.alarm_threshold
-        alarm_flagged = int(np.count_nonzero(alarm_flags))
         units = weight_units(scores, self.level_lo, self.level_hi, RESOLUTION)
         alarm_units = int(units.sum())
-        if self._audit is not None:
-            self._audit(window, {"events": n, "alarm_flagged": alarm_flagged, "alarm_weight": alarm_units / RESOLUTION})
+        if self._audit is not None:  # the exact values, for tests and benchmarks only
+            self._audit(window, {"events": n, "alarm_flagged": int(np.count_nonzero(scores > self.level_hi)),
+                                 "alarm_weight": alarm_units / RESOLUTION})
         charges: list[dict] = []
+
+        # How unusual each weighted event is by each grid: the baseline's parts and a report's
+        # 'where' both read it (computed once, for the few weighted events only).
+        unusual = self._weighted_unusual(X, units) if self.baseline.n_parts else None
 
         # Baseline: accumulate, and release on its public schedule.
         self.baseline.learn_one(window.start, window.end, units / RESOLUTION, window.entities if self.baseline.flag_cap else (),
-                                parts=self._parts_of(X, units) if self.baseline.n_parts else None)
+                                parts=self._parts_of(unusual, units) if unusual is not None else None)
         released_baseline = None
         if self.baseline.due(window.end):
             span_start, _ = self.baseline.span_bounds()
@@ -252,7 +255,7 @@ class WindowReleaser:
             if self._fits(window, self.report_cost, reserve):
                 # "Flagged" in a report means what the alarm counts, so a report's flagged
                 # count and rate compare with the baseline's.
-                report = {"reason": reason, **self._report(window, units, reason)}
+                report = {"reason": reason, **self._report(window, units, reason, unusual)}
                 window_cost = self.report_cost
                 charges.append({"kind": "report", "epsilon": window_cost[0], "delta": window_cost[1]})
             else:
@@ -301,13 +304,21 @@ class WindowReleaser:
         """The alert record's entry for a charge over the open run's span (pure DP)."""
         return {"kind": kind, "run": self.alarm.run, "epsilon": epsilon, "delta": 0.0, "span": list(self._run_span)}
 
-    def _parts_of(self, X: np.ndarray, units: np.ndarray) -> np.ndarray:
-        """Each weighted event's part (index into ``self.parts``); 0 where the weight is 0
-        (never read). Only weighted events are scored by grid: a few percent of them."""
+    def _weighted_unusual(self, X: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """``grid_unusual`` of each weighted event, shape (events, grids); zero rows where the
+        weight is 0 (never read). Only weighted events are scored by grid: a few percent."""
+        out = np.zeros((len(units), self.n_grids))
+        on = units > 0
+        if on.any():
+            out[on] = grid_unusual(self.model, X[on], self.grid_thresholds)
+        return out
+
+    def _parts_of(self, unusual: np.ndarray, units: np.ndarray) -> np.ndarray:
+        """Each weighted event's part (index into ``self.parts``); 0 where the weight is 0."""
         out = np.zeros(len(units), dtype=np.int64)
         on = units > 0
         if on.any():
-            out[on] = part_of(grid_unusual(self.model, X[on], self.grid_thresholds), self.parts)
+            out[on] = part_of(unusual[on], self.parts)
         return out
 
     def _normal_where(self) -> tuple[float, "Sequence[float] | None", float]:
@@ -329,12 +340,14 @@ class WindowReleaser:
                 self.model, lambda s: weight_units(s, self.level_lo, self.level_hi, RESOLUTION), self.grid_thresholds, self.parts)
         return share, self._model_parts, MODEL_PARTS_ERROR
 
-    def _report(self, window: ClosedWindow, units: np.ndarray, reason: str | None = None) -> dict:
+    def _report(self, window: ClosedWindow, units: np.ndarray, reason: str | None = None,
+                unusual: "np.ndarray | None" = None) -> dict:
         """The window's detailed report on the alarm's own graded weights (integer units):
         "flagged" means what the alarm counted, and compares with the baseline's rate."""
         cfg = self.config
         X = scale_to_unit(window.X, cfg.bounds) if window.n_events else np.zeros((0, len(cfg.features)))
-        unusual = grid_unusual(self.model, window.X, self.grid_thresholds) if self.parts else None
+        if self.parts and unusual is None:
+            unusual = self._weighted_unusual(window.X, units)
         normal_share, normal_parts, normal_error = self._normal_where()
         return release_report(X, units, cfg.report, cfg.feature_names, rng=self._noise,
                               grid_unusual=unusual, grid_names=self.grid_names, grid_features=self.grid_features,

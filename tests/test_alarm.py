@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, AboveThreshold, BaselineEstimate, BaselineTracker, SurgeAlarm
+from monitor.alarm.calibrate import span_flag_cap
 
 EPS_T, EPS_Q = 0.5, 0.5
 WIDTH = 4
@@ -108,6 +109,29 @@ def test_baseline_clips_each_entity_and_uses_the_scheduled_span_for_sensitivity(
     assert t._flagged == 3 and t._events == 20
     est = t.release(600)
     assert est.span_windows == 10 and est.epsilon == 2.0
+
+
+def test_a_later_spans_cap_grows_with_the_released_traffic_and_sets_its_sensitivity():
+    # Clipping a busy unit lowers tau by a share of n tau, a window's spread is sqrt(n tau):
+    # after the warm-up the cap follows the released traffic, and the release's noise is
+    # calibrated to the cap that clipped (not to the configured floor).
+    t = BaselineTracker(1e6, 1e6, window_seconds=60, warmup_seconds=120, refresh_seconds=600, flag_cap=3, rng=0)
+    assert t.span_cap() == 3
+    for i in range(2):
+        t.learn_one(i * 60, i * 60 + 60, np.arange(20_000) < 2_000, [f"p{j}" for j in range(20_000)])
+    first = t.release(120)
+    assert first.flag_cap == 3
+    cap = t.span_cap()
+    assert cap == span_flag_cap(3, 1e6, 10, first.events_per_window, first.rate) and cap > 10  # all 10 windows
+    for i in range(2, 12):  # one entity flagged in every window of the 10-window span: all 10 count
+        t.learn_one(i * 60, i * 60 + 60, np.array([True, False]), ["heavy", f"q{i}"])
+    assert t._flagged == 10
+    assert t.release(720).flag_cap == cap
+    small = BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=120, refresh_seconds=600, flag_cap=3, rng=0)
+    for i in range(2):
+        small.learn_one(i * 60, i * 60 + 60, np.arange(100) < 3, [f"p{j}" for j in range(100)])
+    small.release(120)
+    assert small.span_cap() == 3  # a small fleet keeps the floor
 
 
 def test_baseline_without_entities_treats_each_event_as_a_unit():

@@ -222,7 +222,9 @@ def test_the_releaser_announces_a_baseline_from_too_little_traffic(tmp_path):
     import json
 
     cfg = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
-                        "alarm": {"baseline_warmup_seconds": 600}, "budget": {"ledger": str(tmp_path / "l.sqlite")}})
+                        # events counted precisely (noise 0.2): the 5 events a window are what the releaser sees
+                        "alarm": {"baseline_warmup_seconds": 600, "epsilon_baseline_events": 5.0},
+                        "budget": {"ledger": str(tmp_path / "l.sqlite")}})
     _, R, _ = simulate_vitals(2000, rng=1)
     model = GridKNN(epsilon=1.0, bounds=cfg.bounds, contamination=0.05, random_state=0, feature_names=cfg.feature_names).fit(R)
     ledger = WindowLedger(cfg.budget.ledger)

@@ -178,14 +178,22 @@ def test_adversarial_windows_give_consistent_finite_reports(case):
         assert rec["headline"].startswith("surge")
 
 
+def _carried(rng, n: int, carriers: dict[int, tuple[int, int]], spread: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """A window of n events whose flagged ones are most unusual by a given grid: ``carriers``
+    maps a grid to the [start, stop) rows it carries. (flags, grid_unusual)."""
+    flagged = np.zeros(n, bool)
+    flagged[:max(stop for _, stop in carriers.values())] = True
+    U = rng.random((n, 8)) * spread
+    for grid, (start, stop) in carriers.items():
+        U[start:stop, grid] = 2.0 * spread  # above every other grid's value
+    return flagged, U
+
+
 def test_the_where_names_the_feature_that_carries_the_flags():
     # 300 events, 40 flagged; the flagged ones are most unusual in 'current' (one-feature grid 5).
     rng = np.random.default_rng(0)
     n = 300
-    flagged = np.zeros(n, bool)
-    flagged[:40] = True
-    U = rng.random((n, 8))
-    U[:40, 5] = 2.0
+    flagged, U = _carried(rng, n, {5: (0, 40)})
     names = []
     for seed in range(50):
         rec = release_report(rng.random((n, 5)), flagged, ReportSettings(), NAMES, rng=seed, grid_unusual=U,
@@ -197,12 +205,9 @@ def test_the_where_names_the_feature_that_carries_the_flags():
 def test_two_features_that_carry_a_surge_are_both_named_and_a_normal_heavy_one_is_not():
     rng = np.random.default_rng(1)
     n = 1500
-    flagged = np.zeros(n, bool)
-    flagged[:260] = True
-    U = rng.random((n, 8)) * 0.1
-    U[:120, 3] = 1.0  # temperature carries 120 flagged events
-    U[120:220, 4] = 1.0  # vibration 100
-    U[220:260, 7] = 1.0  # rpm 40: what normal traffic puts there (its share of the normal flags)
+    # temperature carries 120 flagged events, vibration 100, rpm 40: what normal traffic puts
+    # there (its share of the normal flags)
+    flagged, U = _carried(rng, n, {3: (0, 120), 4: (120, 220), 7: (220, 260)}, spread=0.1)
     normal_parts = [0.05, 0.05, 0.05, 0.8, 0.05]
     rec = release_report(rng.random((n, 5)), flagged, ReportSettings(), NAMES, rng=2, grid_unusual=U,
                          grid_names=GRID_NAMES, grid_features=LAYOUT, normal_share=0.033, normal_parts=normal_parts,
@@ -212,7 +217,6 @@ def test_two_features_that_carry_a_surge_are_both_named_and_a_normal_heavy_one_i
     assert len(rec["where"]["parts"]) == 5  # the whole histogram is published
 
 
-
 def test_a_guessed_normal_does_not_let_a_heavy_feature_lead_on_its_own():
     # The guess says rpm holds half of normal traffic's flags (37.5 of 75 here); the stream
     # holds 80 there (it is heavier than guessed) and a surge of 50 in temperature. Taken at
@@ -220,11 +224,7 @@ def test_a_guessed_normal_does_not_let_a_heavy_feature_lead_on_its_own():
     # rpm is not named.
     rng = np.random.default_rng(3)
     n = 1500
-    flagged = np.zeros(n, bool)
-    flagged[:130] = True
-    U = rng.random((n, 8)) * 0.1
-    U[:50, 3] = 1.0  # temperature: the surge
-    U[50:130, 6] = 1.0  # rpm
+    flagged, U = _carried(rng, n, {3: (0, 50), 6: (50, 130)}, spread=0.1)  # temperature: the surge; rpm
     guess = [0.125, 0.125, 0.125, 0.5, 0.125]
     kw = dict(grid_unusual=U, grid_names=GRID_NAMES, grid_features=LAYOUT, normal_share=0.05, normal_parts=guess,
               reason="alarm")

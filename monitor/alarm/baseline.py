@@ -12,12 +12,23 @@ in weight units, and one event still adds at most 1.
 
 Sensitivity. With an entity field, one privacy unit keeps at most one event per window,
 so over a span of W windows it moves the event total by at most W; its flagged events
-are clipped at ``flag_cap`` per span (public; a normal person is rarely flagged), so it
-moves the flagged total by at most min(flag_cap, W). Each total gets Laplace noise of
-that sensitivity over its epsilon. The error left in tau n_i is then about
-flag_cap / (epsilon_flagged W) events per window: a fraction of an event for a daily
-span, where unclipped totals would leave 1 / epsilon_flagged. Without an entity field
-each event is its own unit and both sensitivities are 1.
+are clipped at a cap per span (public; a normal person is rarely flagged), so it moves
+the flagged total by at most min(cap, W). Each total gets Laplace noise of that
+sensitivity over its epsilon. The error left in tau n_i is then about
+cap / (epsilon_flagged W) events per window: a fraction of an event for a daily span,
+where unclipped totals would leave 1 / epsilon_flagged. The warm-up span's cap is
+``flag_cap``; a later span's grows with the last released traffic
+(``calibrate.span_flag_cap``), since clipping busy people biases tau by a share of n tau
+while a window's spread is only sqrt(n tau). Without an entity field each event is its
+own unit and both sensitivities are 1.
+
+Kappa (issue 26). The alarm's threshold scales with kappa = E[w^2] / E[w] of normal
+weights, which the model's calibration histogram pins down poorly (0.62 to 0.74 where the
+traffic's own was 0.26 to 0.71). With ``release_kappa`` the flagged total is released as
+two parts instead of one: sum(w^2) and sum(w - w^2). Both are non-negative and a unit's
+two contributions add up to its clipped weight, so the pair has the flagged total's L1
+sensitivity and costs the same epsilon; the total is their sum (twice the noise variance)
+and kappa their ratio, free.
 
 Normal traffic's parts (issue 28). With ``epsilon_parts`` set, ``learn_one`` also takes
 each event's part (the feature that finds it most unusual, ``monitor.report.part_of``)
@@ -49,7 +60,7 @@ from typing import Sequence
 
 import numpy as np
 
-from monitor.alarm.calibrate import baseline_problem, baseline_rate_error
+from monitor.alarm.calibrate import baseline_problem, baseline_rate_error, kappa_upper, span_flag_cap
 from monitor.dp import noise_source
 
 __all__ = ["BaselineEstimate", "BaselineTracker"]
@@ -67,6 +78,9 @@ class BaselineEstimate:
     counts so that the baseline's own error does not turn into false pages.
     ``normal_parts`` are the shares of the flagged weight per report part (summing to 1),
     released with this estimate or carried from the last one that had them; None before any.
+    ``flag_cap`` is the span's per-unit clip of the flagged total (None: each event a unit).
+    ``kappa`` is an upper estimate of E[w^2] / E[w] over the span (the released ratio plus one
+    standard deviation of its noise, in [KAPPA_FLOOR, 1]); None when not released.
     """
 
     rate: float
@@ -79,6 +93,8 @@ class BaselineEstimate:
     mechanism: str = "laplace_global"
     rate_error: float = 0.0
     normal_parts: "tuple[float, ...] | None" = None
+    flag_cap: "int | None" = None
+    kappa: "float | None" = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -112,7 +128,7 @@ class BaselineTracker:
     def __init__(self, epsilon_flagged: float, epsilon_events: float, window_seconds: float,
                  warmup_seconds: float, refresh_seconds: float, flag_cap: int | None = None,
                  epsilon_warmup: float | None = None, epsilon_parts: float | None = None, n_parts: int = 0,
-                 rng=None) -> None:
+                 release_kappa: bool = False, rng=None) -> None:
         epsilon_warmup = epsilon_flagged if epsilon_warmup is None else epsilon_warmup
         checked = [("epsilon_flagged", epsilon_flagged), ("epsilon_events", epsilon_events), ("epsilon_warmup", epsilon_warmup)]
         for name, value in checked + ([("epsilon_parts", epsilon_parts)] if epsilon_parts is not None else []):
@@ -131,12 +147,14 @@ class BaselineTracker:
         if flag_cap is not None and (int(flag_cap) != flag_cap or flag_cap < 1):
             raise ValueError(f"flag_cap must be a positive integer or None, got {flag_cap!r}")
         self.flag_cap = None if flag_cap is None else int(flag_cap)
+        self.release_kappa = bool(release_kappa)
         self._noise = noise_source(rng)
         self._per_unit: Counter = _UnitTotals()
         self.estimate: BaselineEstimate | None = None
         self._released = 0  # estimates released by this process
         self._span_start: float | None = None
         self._flagged = 0.0
+        self._squared = 0.0  # the clipped weight's sum(w^2) part (w times each counted share)
         self._events = 0
         self._parts = np.zeros(self.n_parts)
 
@@ -171,6 +189,16 @@ class BaselineTracker:
         """Length of the span the next estimate covers (public)."""
         return self.warmup_seconds if self.warming_up else self.refresh_seconds
 
+    def span_cap(self) -> int | None:
+        """The current span's per-unit clip of the flagged total (public: the config and the
+        released estimates): ``flag_cap`` while warming up, then ``span_flag_cap`` at the last
+        estimate's traffic. Fixed for the whole span (the estimate changes only at release)."""
+        if self.flag_cap is None or self.warming_up:
+            return self.flag_cap
+        windows = max(1, int(math.ceil(self.refresh_seconds / self.window_seconds - 1e-9)))
+        return span_flag_cap(self.flag_cap, self.epsilon_flagged, windows, self.estimate.events_per_window,
+                             self.estimate.rate)
+
     def span_bounds(self) -> tuple[float, float] | None:
         """[start, scheduled end) of the span being accumulated, or None before the first window."""
         if self._span_start is None:
@@ -181,7 +209,7 @@ class BaselineTracker:
                   entities: "Sequence[str | None]" = (), parts: "np.ndarray | None" = None) -> None:
         """Add one window's events to the current span: ``flagged`` per event (a flag, or a
         weight in [0, 1]); with ``flag_cap`` set, each event's entity (to clip a unit's
-        total weight); with ``epsilon_parts`` set, each event's part (an index below
+        total weight at ``span_cap()``); with ``epsilon_parts`` set, each event's part (an index below
         ``n_parts``; read only where the weight is positive)."""
         if self._span_start is None:
             self._span_start = float(window_start)
@@ -198,18 +226,21 @@ class BaselineTracker:
                 raise ValueError(f"a flagged event's part is outside [0, {self.n_parts})")
         if self.flag_cap is None:
             self._flagged += float(w.sum())
+            self._squared += float(np.dot(w, w))
             if self.n_parts:
                 np.add.at(self._parts, p, w[on])
             return
         if len(entities) != w.size:
             raise ValueError("flag_cap needs one entity per event")
+        cap = self.span_cap()
         for j, i in enumerate(on):
             e = entities[i]
-            room = self.flag_cap - self._per_unit[e]
+            room = cap - self._per_unit[e]
             if room > 0:
                 add = min(float(w[i]), room)
                 self._per_unit[e] += add
                 self._flagged += add
+                self._squared += add * float(w[i])  # in [0, add]: the pair's parts stay non-negative
                 if self.n_parts:
                     self._parts[p[j]] += add
 
@@ -229,10 +260,19 @@ class BaselineTracker:
         # Scheduled windows, not the windows seen: a gap (downtime) must not lower the
         # sensitivity below what a unit present in every window could contribute.
         w = max(1, int(math.ceil((window_end - self._span_start) / self.window_seconds - 1e-9)))
-        events_sensitivity = 1 if self.flag_cap is None else w
-        flagged_sensitivity = 1 if self.flag_cap is None else min(self.flag_cap, w)
+        cap = self.span_cap()
+        events_sensitivity = 1 if cap is None else w
+        flagged_sensitivity = 1 if cap is None else min(cap, w)
         epsilon, eps_flagged = self.epsilon, self._next_epsilon_flagged
-        flagged = self._noise.laplace(flagged_sensitivity / eps_flagged, center=float(self._flagged))
+        kappa = None
+        if self.release_kappa:
+            # One histogram of two parts (sum w^2, sum w - w^2): L1 sensitivity = the flagged total's.
+            squared, rest = np.atleast_1d(self._noise.laplace(
+                flagged_sensitivity / eps_flagged, center=np.array([self._squared, self._flagged - self._squared])))
+            flagged = float(squared + rest)
+            kappa = kappa_upper(float(squared), flagged, flagged_sensitivity / eps_flagged)
+        else:
+            flagged = self._noise.laplace(flagged_sensitivity / eps_flagged, center=float(self._flagged))
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         normal_parts = self.estimate.normal_parts if self.estimate is not None else None
         if self._releases_parts:
@@ -246,10 +286,10 @@ class BaselineTracker:
             rate = self.estimate.rate if self.estimate is not None else 0.0
         per_window = max(0.0, events / w)
         error = baseline_rate_error(rate, per_window, w, eps_flagged, self.epsilon_events, flagged_sensitivity,
-                                    events_sensitivity)
+                                    events_sensitivity, flagged_parts=2 if self.release_kappa else 1)
         self.estimate = BaselineEstimate(
             rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
-            span_windows=w, epsilon=epsilon, rate_error=error, normal_parts=normal_parts,
+            span_windows=w, epsilon=epsilon, rate_error=error, normal_parts=normal_parts, flag_cap=cap, kappa=kappa,
         )
         self._released += 1
         self.skip()
@@ -257,7 +297,7 @@ class BaselineTracker:
 
     def skip(self) -> None:
         """Drop the current span unreleased (the budget could not pay for it)."""
-        self._span_start, self._flagged, self._events = None, 0.0, 0
+        self._span_start, self._flagged, self._squared, self._events = None, 0.0, 0.0, 0
         self._parts = np.zeros(self.n_parts)
         self._per_unit.clear()
 

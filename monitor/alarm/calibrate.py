@@ -59,10 +59,12 @@ __all__ = [
     "AlarmVisibility",
     "alarm_visibility",
     "baseline_problem",
+    "span_flag_cap",
     "window_threshold",
     "visibility_for",
     "normal_weight_rate",
     "normal_weight_kappa",
+    "kappa_upper",
     "MIN_BASELINE_EVENTS_PER_WINDOW",
 ]
 
@@ -105,19 +107,45 @@ def weight_units(scores: "np.ndarray", t_lo: float, t_hi: float, resolution: int
 
 
 def baseline_rate_error(rate: float, events_per_window: float, span_windows: int, epsilon_flagged: float,
-                        epsilon_events: float, flagged_sensitivity: float, events_sensitivity: float) -> float:
+                        epsilon_events: float, flagged_sensitivity: float, events_sensitivity: float,
+                        flagged_parts: int = 1) -> float:
     """Standard deviation of a released baseline rate around the true normal rate (public).
 
     Sampling (the span's weights vary: at most rate / events over the span) plus the two
-    Laplace releases' noise carried through the ratio (first order). Only public numbers:
-    the config and the released estimate.
+    Laplace releases' noise carried through the ratio (first order); the flagged total is
+    the sum of ``flagged_parts`` noisy parts (2 when it is released split for kappa). Only
+    public numbers: the config and the released estimate.
     """
     total = max(events_per_window * span_windows, 1.0)
     rate = min(max(rate, 0.0), 1.0)
     sampling = rate / total
-    flagged_noise = 2.0 * (flagged_sensitivity / epsilon_flagged) ** 2 / total ** 2
+    flagged_noise = 2.0 * flagged_parts * (flagged_sensitivity / epsilon_flagged) ** 2 / total ** 2
     events_noise = 2.0 * (rate * events_sensitivity / epsilon_events) ** 2 / total ** 2
     return math.sqrt(sampling + flagged_noise + events_noise)
+
+
+# A later span's flag cap keeps its Laplace noise at this share of a window's own spread.
+CAP_NOISE_SHARE = 1.0 / 6.0
+
+
+def span_flag_cap(floor: int, epsilon_flagged: float, span_windows: int, events_per_window: float, rate: float) -> int:
+    """The flag cap of a baseline span after the warm-up (public): the largest whose Laplace
+    noise on the flagged total is ``CAP_NOISE_SHARE`` of one window's own spread at the last
+    released traffic, sqrt(2) cap / (epsilon_flagged W) <= sqrt(n tau) / 6; never below
+    ``floor`` (``alarm.baseline_flag_cap``, which the warm-up span uses).
+
+    Why it grows with the fleet: a cap clips the weight of people online all day whose
+    readings stay unusual, which lowers the rate by a share of n tau, while the window's
+    spread grows only like sqrt(n tau). On the simulator at 10,000 people a cap of 16
+    clipped 3.5 to 7 % of the normal weight and gave 6 false pages in 30 days; 32 clips
+    under 0.05 %. At 1,000 people the rule gives the floor. A function of the config and
+    the released estimate only.
+
+    >>> span_flag_cap(16, 0.08, 288, 1000, 0.016), span_flag_cap(16, 0.08, 288, 10_000, 0.016)
+    (16, 34)
+    """
+    grow = CAP_NOISE_SHARE * epsilon_flagged * span_windows * math.sqrt(max(events_per_window * rate, 0.0)) / math.sqrt(2.0)
+    return int(max(int(floor), math.floor(grow)))
 
 
 def _svt_noise_density(x: np.ndarray, b_query: float, b_threshold: float) -> np.ndarray:
@@ -319,6 +347,24 @@ def normal_weight_kappa(model, t_lo: float, t_hi: float) -> float:
     return float(min(1.0, max(KAPPA_FLOOR, float((2 * u * share).mean()) / mean)))
 
 
+def kappa_upper(squared: float, flagged: float, scale: float) -> "float | None":
+    """An upper estimate of kappa = E[w^2] / E[w] from a released pair (post-processing):
+    ``squared`` (sum w^2) and ``flagged`` (sum w), each part with Laplace noise of ``scale``.
+    The ratio plus one standard deviation of its noise (first order), in [KAPPA_FLOOR, 1]:
+    an underestimate would shrink the threshold's normal spread and bring false pages.
+    None when the total is not positive (nothing to go by).
+
+    >>> round(kappa_upper(5_000.0, 10_000.0, 64.0), 3)
+    0.506
+    """
+    if not flagged > 0:
+        return None
+    k = min(1.0, max(0.0, squared / flagged))
+    # k = S / (S + R): dk/dS = (1 - k) / total, dk/dR = -k / total; each part's variance 2 scale^2
+    sd = math.sqrt(2.0) * scale * math.hypot(1.0 - k, k) / flagged
+    return float(min(1.0, max(KAPPA_FLOOR, k + sd)))
+
+
 def normal_weight_rate(model, t_lo: float, t_hi: float, fallback: float) -> float:
     """E[w] of normal events' graded weights from the model's calibrated score shares
     (public post-processing); ``fallback`` (e.g. the configured contamination) for an
@@ -355,8 +401,9 @@ def visibility_for(config, model, events_per_window: float, warmup: bool = True)
     w = max(1, int(math.ceil(span / size - 1e-9)))
     capped = config.stream.entity_field is not None
     eps_flagged = a.epsilon_baseline_warmup if warmup else a.epsilon_baseline_flagged
+    cap = a.baseline_flag_cap if warmup else span_flag_cap(a.baseline_flag_cap, eps_flagged, w, events_per_window, rate)
     err = baseline_rate_error(rate, events_per_window, w, eps_flagged, a.epsilon_baseline_events,
-                              min(a.baseline_flag_cap, w) if capped else 1, w if capped else 1)
+                              min(cap, w) if capped else 1, w if capped else 1)
     return alarm_visibility(a, size, rate, events_per_window, err, kappa)
 
 

@@ -119,7 +119,8 @@ class SurgeAlarm:
         is averaged over it.
     kappa:
         E[w^2] / E[w] of normal events' weights (public, from the model's calibration;
-        1 is the safe bound, exact for plain flags): scales the normal spread.
+        1 is the safe bound, exact for plain flags): scales the normal spread. A baseline
+        that released its own (``BaselineEstimate.kappa``, from the traffic) replaces it.
     rng:
         None in production (OpenDP); a seed for tests.
     """
@@ -203,7 +204,7 @@ class SurgeAlarm:
             return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
         # This alarm's own noise scales, in events (the pages' noise is widened by the tau band).
         # A baseline is released once a day: derive its threshold once.
-        key = (baseline.rate, baseline.events_per_window, baseline.rate_error)
+        key = (baseline.rate, baseline.events_per_window, baseline.rate_error, baseline.kappa)
         if self._derived is None or self._derived[0] != key:
             self._derived = (key, self._derive(baseline))
         return self._derived[1]
@@ -212,8 +213,8 @@ class SurgeAlarm:
         return false_page_threshold(
             rate=baseline.rate, events=baseline.events_per_window, rate_error=baseline.rate_error,
             epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
-            false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds, kappa=self.kappa,
-            swing=self.traffic_swing)
+            false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds,
+            kappa=self.kappa if baseline.kappa is None else baseline.kappa, swing=self.traffic_swing)
 
     def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True) -> AlarmAnswer:
         """Answer one window, in window order, from its count of flagged events (weight 1

@@ -249,7 +249,8 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
         t_hi = float(model.threshold_for(a.contamination))
         t_lo = float(model.threshold_for(a.contamination_graded)) if a.contamination_graded else t_hi
         v = alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]), float(baseline["events_per_window"]),
-                             float(baseline.get("rate_error", 0.0)), normal_weight_kappa(model, t_lo, t_hi))
+                             float(baseline.get("rate_error", 0.0)),
+                             baseline.get("kappa") or normal_weight_kappa(model, t_lo, t_hi))  # the traffic's own, if released
         out["source"] = "baseline"
         out["at"] = [_visibility_dict(v)]
         out["summary"] = (f"at the current traffic ({v.events_per_window:,.0f} events per window, from the baseline in use), "

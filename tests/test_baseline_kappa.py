@@ -1,0 +1,107 @@
+"""The baseline's own kappa (issue 26): the flagged total released as two parts, sum(w^2)
+and sum(w - w^2), at the flagged total's sensitivity and epsilon; the alarm's threshold
+reads the traffic's kappa from it instead of the model's coarse guess."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.alarm import BaselineEstimate, BaselineTracker, SurgeAlarm
+from monitor.alarm.calibrate import kappa_upper
+
+
+def _tracker(cap: int | None = 2, rng=0, warmup: float = 240.0) -> BaselineTracker:
+    return BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=warmup, refresh_seconds=240, flag_cap=cap,
+                           release_kappa=True, rng=rng)
+
+
+def _feed(t: BaselineTracker, windows: int, heavy: "float | None") -> None:
+    """Windows of 30 people with a few weights; the unit "heavy" (when given) weighs
+    ``heavy`` in every window."""
+    for i in range(windows):
+        w = np.array([1.0, 0.25, 0.5, 0.0, 1.0, 1 / 4096] + [0.0] * 24 + ([heavy] if heavy is not None else []))
+        ents = [f"p{j}" for j in range(30)] + (["heavy"] if heavy is not None else [])
+        t.learn_one(60 * i, 60 * (i + 1), w, ents)
+
+
+@pytest.mark.parametrize("heavy", [1.0, 0.7, 0.5, 1 / 4096, 0.999])
+@pytest.mark.parametrize("cap,windows", [(2, 4), (3, 2), (None, 4)])
+def test_one_unit_moves_the_pair_by_at_most_the_flagged_totals_sensitivity(heavy, cap, windows):
+    # 0.7 x 4 windows at cap 2: the third event is clipped part-way (0.6 of it counted).
+    a, b = _tracker(cap), _tracker(cap)
+    _feed(a, windows, None)
+    _feed(b, windows, heavy)
+    pair = lambda t: np.array([t._squared, t._flagged - t._squared])  # noqa: E731
+    assert pair(a).min() >= 0 and pair(b).min() >= 0
+    moved = np.abs(pair(b) - pair(a)).sum()
+    bound = windows if cap is None else min(cap, windows)  # no cap: one event per window, each its own unit
+    assert moved == pytest.approx(b._flagged - a._flagged)  # the two parts hold exactly the flagged total
+    assert moved <= bound + 1e-12
+    if cap is not None and heavy * windows >= cap:
+        assert moved == pytest.approx(cap)  # reached: the bound is tight
+
+
+def _released_pair(heavy: bool, seed: int, capture: list) -> np.ndarray:
+    t = _tracker(cap=2, rng=seed)
+    _feed(t, 4, 0.5 if heavy else None)  # the heavy unit: 0.5 of w^2 and 0.5 of w - w^2 a window, 2 in all
+    t.release(240)
+    return capture[-1]
+
+
+def test_the_released_pair_of_neighbouring_spans_is_within_e_to_the_epsilon(monkeypatch):
+    # Both parts move (by 1 each: L1 = the cap, 2) on spans that differ by one unit: every
+    # 2-D bin's probability ratio within e^epsilon, up to sampling error, and the bound
+    # nearly reached (too little noise on either part would show).
+    import monitor.alarm.baseline as baseline
+
+    capture: list = []
+    real = baseline.kappa_upper
+    monkeypatch.setattr(baseline, "kappa_upper",
+                        lambda s, f, scale: (capture.append(np.array([s, f - s])), real(s, f, scale))[1])
+    eps, trials = 1.0, 4000
+    p0 = np.array([_released_pair(False, 2 * i, capture) for i in range(trials)])
+    p1 = np.array([_released_pair(True, 2 * i + 1, capture) for i in range(trials)])
+    both = np.concatenate([p0, p1])
+    ex, ey = (np.quantile(both[:, j], np.linspace(0, 1, 5)) for j in (0, 1))
+    h0, _, _ = np.histogram2d(p0[:, 0], p0[:, 1], [ex, ey])
+    h1, _, _ = np.histogram2d(p1[:, 0], p1[:, 1], [ex, ey])
+    ok = (h0 >= 80) & (h1 >= 80)
+    ratios = np.abs(np.log(h1[ok] / h0[ok]))
+    assert ratios.max() <= eps + 0.25
+    assert ratios.max() >= 0.5 * eps
+
+
+def test_the_pair_costs_what_the_flagged_total_cost_and_its_total_is_twice_as_noisy():
+    plain = BaselineTracker(1.0, 1.0, 60, 240, 240, flag_cap=2, rng=0)
+    split = _tracker(cap=2, rng=0)
+    assert plain.epsilon == split.epsilon == 2.0
+    for t in (plain, split):
+        _feed(t, 4, None)
+    a, b = plain.release(240), split.release(240)
+    assert a.kappa is None and b.kappa is not None
+    assert b.rate_error > a.rate_error  # its flagged noise variance is doubled, and the threshold knows it
+    assert BaselineEstimate.from_dict(b.as_dict()) == b  # a restart reads it back from the alert record
+
+
+def test_the_upper_kappa_covers_the_traffics_own_most_of_the_time():
+    # Laplace noise of scale 64 on each part of sum w^2 = 3,000, sum w = 6,000 (kappa 0.5):
+    # the estimate plus one sd falls below the truth in about one draw in six, never far.
+    rng = np.random.default_rng(5)
+    s = 3000 + rng.laplace(0, 64, 20_000)
+    r = 3000 + rng.laplace(0, 64, 20_000)
+    k = np.array([kappa_upper(a, a + b, 64.0) for a, b in zip(s, r)])
+    below = (k < 0.5).mean()
+    assert 0.05 <= below <= 0.22
+    assert k.min() > 0.42  # the worst of 20,000 Laplace draws: within 8 sd
+    assert kappa_upper(10.0, -1.0, 64.0) is None
+    assert kappa_upper(0.0, 6000.0, 1.0) == pytest.approx(0.25)  # never below KAPPA_FLOOR
+
+
+def test_the_threshold_uses_the_baselines_kappa_where_it_has_one():
+    alarm = SurgeAlarm(0.6, 0.5, threshold=None)
+    common = dict(rate=0.03, events_per_window=10_000, span_start=0, span_end=1, span_windows=36, epsilon=0.27,
+                  rate_error=0.0005)
+    low, high = BaselineEstimate(**common, kappa=0.3), BaselineEstimate(**common, kappa=0.9)
+    none = BaselineEstimate(**common)  # the model's kappa (1 here: the safe bound)
+    assert alarm.window_threshold(low) < alarm.window_threshold(high) < alarm.window_threshold(none)
