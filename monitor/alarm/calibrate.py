@@ -402,8 +402,9 @@ def visibility_for(config, model, events_per_window: float, warmup: bool = True)
     capped = config.stream.entity_field is not None
     eps_flagged = a.epsilon_baseline_warmup if warmup else a.epsilon_baseline_flagged
     cap = a.baseline_flag_cap if warmup else span_flag_cap(a.baseline_flag_cap, eps_flagged, w, events_per_window, rate)
+    graded = t_lo < t_hi  # the baseline then releases its flagged total in two parts (kappa)
     err = baseline_rate_error(rate, events_per_window, w, eps_flagged, a.epsilon_baseline_events,
-                              min(cap, w) if capped else 1, w if capped else 1)
+                              min(cap, w) if capped else 1, w if capped else 1, flagged_parts=2 if graded else 1)
     return alarm_visibility(a, size, rate, events_per_window, err, kappa)
 
 

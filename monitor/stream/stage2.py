@@ -30,8 +30,10 @@ log = logging.getLogger("monitor.stream")
 __all__ = ["Stage2"]
 
 CATCH_UP_TIMEOUT_S = 30.0
-# On stop, how long stage 2 waits for the shards its own process's stage 1 ships.
-_FINISH_WAIT_S = 10.0
+# On stop, how long stage 2 waits for the shards its own process's stage 1 ships: well
+# inside the command's stop grace (8 s), so a window that cannot complete (its partition
+# was revoked at the stop) is left to the next start while the clients still close cleanly.
+_FINISH_WAIT_S = 5.0
 _WAIT_LOG_EVERY_S = 10.0
 
 
@@ -213,7 +215,11 @@ class Stage2:
             while not service.max_windows_reached:
                 self.release_ready(time.time(), grace=False)
                 due = self.next is not None and (self.next + 1) * self.size + self.lateness <= until
-                if not due or time.monotonic() > deadline:
+                if not due:
+                    break
+                if time.monotonic() > deadline:
+                    log.info("stage 2, stopping: window [%.0f, %.0f) is not complete after %g s; it is released at the "
+                             "next start", self.next * self.size, (self.next + 1) * self.size, _FINISH_WAIT_S)
                     break
                 self.step(100, grace=False)
             self.commit(force=True)
