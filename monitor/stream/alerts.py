@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -150,6 +152,15 @@ def run_alerts(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     bootstrap = resolve_bootstrap(args.bootstrap_servers, config)
     stop = threading.Event()
+    # Ctrl-C (or SIGTERM) sets ``stop``: the poll loop ends within one poll and the consumer
+    # closes cleanly. An exception raised inside kafka-python's I/O wait could leave its
+    # close() waiting forever (seen with kafka-python 3.0). A second Ctrl-C exits at once.
+    def on_signal(signum, frame):  # noqa: ARG001
+        if stop.is_set():
+            os._exit(130)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     if not args.json:
         print(_line(COLUMNS), flush=True)
     n = 0
@@ -157,8 +168,9 @@ def run_alerts(args: argparse.Namespace) -> int:
         for record in read_alerts(bootstrap, config, follow=args.follow, stop=stop):
             n += 1
             print(json.dumps(record) if args.json else _line(row(record)), flush=args.follow)
-    except KeyboardInterrupt:
-        stop.set()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     if not args.json and not args.follow:
         print(f"{n} window(s) on {config.stream.alerts_topic} at {bootstrap}", file=sys.stderr)
     return 0
