@@ -196,7 +196,7 @@ class WindowReleaser:
 
         # Baseline: accumulate, and release on its public schedule.
         self.baseline.learn_one(window.start, window.end, units / RESOLUTION, window.entities if self.baseline.flag_cap else (),
-                                parts=self._parts_of(unusual, units) if unusual is not None else None)
+                                parts=part_of(unusual, self.parts) if unusual is not None else None)
         released_baseline = None
         if self.baseline.due(window.end):
             span_start, _ = self.baseline.span_bounds()
@@ -306,19 +306,12 @@ class WindowReleaser:
 
     def _weighted_unusual(self, X: np.ndarray, units: np.ndarray) -> np.ndarray:
         """``grid_unusual`` of each weighted event, shape (events, grids); zero rows where the
-        weight is 0 (never read). Only weighted events are scored by grid: a few percent."""
+        weight is 0 (never read; their part comes out 0). Only weighted events are scored by
+        grid: a few percent."""
         out = np.zeros((len(units), self.n_grids))
         on = units > 0
         if on.any():
             out[on] = grid_unusual(self.model, X[on], self.grid_thresholds)
-        return out
-
-    def _parts_of(self, unusual: np.ndarray, units: np.ndarray) -> np.ndarray:
-        """Each weighted event's part (index into ``self.parts``); 0 where the weight is 0."""
-        out = np.zeros(len(units), dtype=np.int64)
-        on = units > 0
-        if on.any():
-            out[on] = part_of(unusual[on], self.parts)
         return out
 
     def _normal_where(self) -> tuple[float, "Sequence[float] | None", float]:

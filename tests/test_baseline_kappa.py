@@ -105,3 +105,30 @@ def test_the_threshold_uses_the_baselines_kappa_where_it_has_one():
     low, high = BaselineEstimate(**common, kappa=0.3), BaselineEstimate(**common, kappa=0.9)
     none = BaselineEstimate(**common)  # the model's kappa (1 here: the safe bound)
     assert alarm.window_threshold(low) < alarm.window_threshold(high) < alarm.window_threshold(none)
+
+
+def test_the_pairs_true_values_are_exact_in_floats():
+    # DESIGN 8: the noise is added to the exact values, so a neighbour's pair must differ by
+    # exactly its contribution, with no float rounding to widen it. The releaser passes
+    # weights as integers of 1/4096 (``weight_units``), so w and w^2 are dyadic and every sum
+    # below 2^29 is exact: checked against rational arithmetic on adversarial windows
+    # (duplicates, the smallest weight, a weight clipped part-way at the cap, full weights).
+    from fractions import Fraction
+
+    from monitor.alarm import RESOLUTION
+
+    rng = np.random.default_rng(11)
+    units = np.concatenate([[1, RESOLUTION, RESOLUTION - 1, 2867, 2867, 2867], rng.integers(0, RESOLUTION + 1, 400)])
+    ents = ["a", "a", "a", "b", "b", "b"] + [f"p{j % 37}" for j in range(400)]
+    t = _tracker(cap=3)
+    clipped: dict = {}
+    squared = rest = Fraction(0)
+    for i in range(5):
+        t.learn_one(60 * i, 60 * (i + 1), units / RESOLUTION, ents)
+        for u, e in zip(units.tolist(), ents):
+            w = Fraction(u, RESOLUTION)
+            add = min(w, max(Fraction(3) - clipped.get(e, Fraction(0)), Fraction(0)))
+            clipped[e] = clipped.get(e, Fraction(0)) + add
+            squared += add * w
+            rest += add * (1 - w)
+    assert Fraction(t._squared) == squared and Fraction(t._flagged - t._squared) == rest
