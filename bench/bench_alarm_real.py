@@ -181,9 +181,8 @@ def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int
     flagged_share = float((normal_scores > model.threshold_for(config.alarm.contamination)).mean())
     kappa = None
     if traffic_kappa:  # the diagnostic: the traffic's own E[w^2] / E[w] (an oracle, not private)
-        from monitor.alarm.calibrate import graded_weights
-        a = config.alarm
-        w = graded_weights(normal_scores, model.threshold_for(a.contamination_graded), model.threshold_for(a.contamination))
+        from monitor.alarm.calibrate import alarm_levels, graded_weights
+        w = graded_weights(normal_scores, *alarm_levels(model, config.alarm))
         kappa = float(min(1.0, (w ** 2).mean() / w.mean())) if w.mean() > 0 else None
     size = config.window.size_seconds
     warm = int(math.ceil(config.alarm.baseline_warmup_seconds / size))

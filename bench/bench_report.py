@@ -54,7 +54,7 @@ from monitor.data.vitals import VITAL_FEATURES, simulate_vitals  # noqa: E402
 from monitor.features import scale_to_unit  # noqa: E402
 from monitor.model import GridKNN  # noqa: E402
 from monitor.alarm import RESOLUTION  # noqa: E402
-from monitor.alarm.calibrate import weight_units  # noqa: E402
+from monitor.alarm.calibrate import alarm_levels, weight_units  # noqa: E402
 from monitor.report import candidate_parts, grid_unusual, normal_part_shares, part_counts, release_report  # noqa: E402
 
 PEOPLE, SHARE = 1500, 0.05
@@ -80,8 +80,7 @@ class Source:
         self.model = GridKNN(epsilon=m.epsilon, bounds=bounds, contamination=m.contamination, random_state=seed,
                              feature_names=names).fit(reference)
         a = cfg.alarm
-        self.level_hi = float(self.model.threshold_for(a.contamination))
-        self.level_lo = float(self.model.threshold_for(a.contamination_graded))
+        self.level_lo, self.level_hi = alarm_levels(self.model, a)
         self.n_grids = len(self.model.grids_)
         self.grid_names = self.model.grid_names(names)
         self.grid_thresholds = self.model.grid_thresholds(a.contamination)

@@ -29,7 +29,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeAlarm
-from monitor.alarm.calibrate import baseline_problem, normal_weight_kappa, normal_weight_rate, weight_units
+from monitor.alarm.calibrate import (alarm_levels, baseline_problem, is_graded, normal_weight_kappa, normal_weight_rate,
+                                     weight_units)
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
@@ -82,11 +83,8 @@ class WindowReleaser:
         self.model = model
         self._noise = noise_source(rng)
         a = config.alarm
-        # The alarm's two calibrated levels (public post-processing of the model): an event
-        # weighs 0 below t_lo, 1 above t_hi (where alarm.contamination of normal events
-        # lie), linearly between (issue 26); kappa = E[w^2] / E[w] of normal events.
-        self.level_hi = float(model.threshold_for(a.contamination))
-        self.level_lo = float(model.threshold_for(a.contamination_graded)) if a.contamination_graded else self.level_hi
+        # The alarm's two calibrated levels (issue 26); kappa = E[w^2] / E[w] of normal events.
+        self.level_lo, self.level_hi = alarm_levels(model, a)
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
@@ -106,7 +104,7 @@ class WindowReleaser:
                                         flag_cap=a.baseline_flag_cap if config.stream.entity_field else None,
                                         epsilon_warmup=a.epsilon_baseline_warmup, epsilon_parts=eps_parts,
                                         n_parts=len(self.parts) if eps_parts else 0,
-                                        release_kappa=self.level_lo < self.level_hi, rng=self._noise)
+                                        release_kappa=is_graded(self.level_lo, self.level_hi), rng=self._noise)
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
         self._run_span = (-math.inf, -math.inf)
         # The open run's charge in the ledger; the alarm publishes the run's number instead

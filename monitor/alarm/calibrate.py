@@ -50,6 +50,8 @@ from scipy.special import gammaincc, ndtr
 from monitor.alarm.units import BAND_UNITS, RESOLUTION
 
 __all__ = [
+    "alarm_levels",
+    "is_graded",
     "graded_weights",
     "weight_units",
     "baseline_rate_error",
@@ -75,6 +77,26 @@ SECONDS_30_DAYS = 30 * 86400.0
 MIN_BASELINE_EVENTS_PER_WINDOW = 20.0
 
 
+def alarm_levels(model, settings) -> tuple[float, float]:
+    """The alarm's two calibrated levels (t_lo, t_hi): public post-processing of the model.
+
+    An event weighs 0 at or below t_lo, 1 above t_hi (where ``settings.contamination`` of
+    normal events lie), linearly between; without ``contamination_graded`` both are t_hi.
+    """
+    t_hi = float(model.threshold_for(settings.contamination))
+    t_lo = float(model.threshold_for(settings.contamination_graded)) if settings.contamination_graded else t_hi
+    return t_lo, t_hi
+
+
+def is_graded(t_lo: float, t_hi: float) -> bool:
+    """Whether weights are graded between the levels, rather than the plain flag score > t_hi.
+
+    Graded weights make kappa = E[w^2] / E[w] of normal events less than 1 and worth
+    learning from the traffic: the baseline then releases its flagged total in two parts.
+    """
+    return t_lo < t_hi
+
+
 def graded_weights(scores: "np.ndarray", t_lo: float, t_hi: float) -> np.ndarray:
     """Each event's weight in [0, 1]: 0 at or below ``t_lo``, 1 above ``t_hi``, linear between.
 
@@ -84,7 +106,7 @@ def graded_weights(scores: "np.ndarray", t_lo: float, t_hi: float) -> np.ndarray
     [0.0, 0.0, 0.5, 1.0, 1.0]
     """
     s = np.asarray(scores, dtype=float)
-    if not t_hi > t_lo:
+    if not is_graded(t_lo, t_hi):
         return (s > t_hi).astype(float)
     with np.errstate(invalid="ignore", over="ignore"):
         w = np.clip((s - t_lo) / (t_hi - t_lo), 0.0, 1.0)
@@ -393,8 +415,7 @@ def visibility_for(config, model, events_per_window: float, warmup: bool = True)
     """
     a = config.alarm
     size = config.window.size_seconds
-    t_hi = float(model.threshold_for(a.contamination))
-    t_lo = float(model.threshold_for(a.contamination_graded)) if a.contamination_graded else t_hi
+    t_lo, t_hi = alarm_levels(model, a)
     rate = normal_weight_rate(model, t_lo, t_hi, a.contamination)
     kappa = normal_weight_kappa(model, t_lo, t_hi)
     span = a.baseline_warmup_seconds if warmup else a.baseline_refresh_seconds
@@ -402,9 +423,9 @@ def visibility_for(config, model, events_per_window: float, warmup: bool = True)
     capped = config.stream.entity_field is not None
     eps_flagged = a.epsilon_baseline_warmup if warmup else a.epsilon_baseline_flagged
     cap = a.baseline_flag_cap if warmup else span_flag_cap(a.baseline_flag_cap, eps_flagged, w, events_per_window, rate)
-    graded = t_lo < t_hi  # the baseline then releases its flagged total in two parts (kappa)
     err = baseline_rate_error(rate, events_per_window, w, eps_flagged, a.epsilon_baseline_events,
-                              min(cap, w) if capped else 1, w if capped else 1, flagged_parts=2 if graded else 1)
+                              min(cap, w) if capped else 1, w if capped else 1,
+                              flagged_parts=2 if is_graded(t_lo, t_hi) else 1)
     return alarm_visibility(a, size, rate, events_per_window, err, kappa)
 
 

@@ -216,7 +216,7 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     ``config.model.path``; a missing or unreadable file is said in the summary, not raised.
     Public: the config, the model file and released values only.
     """
-    from monitor.alarm.calibrate import alarm_visibility, baseline_problem, normal_weight_kappa, visibility_for
+    from monitor.alarm.calibrate import alarm_levels, alarm_visibility, baseline_problem, normal_weight_kappa, visibility_for
     from monitor.errors import MonitorError
 
     a = config.alarm
@@ -246,8 +246,7 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
         problem = baseline_problem(float(baseline["rate"]), float(baseline["events_per_window"]))
         out["baseline_problem"] = problem
     if baseline and not out["baseline_problem"]:
-        t_hi = float(model.threshold_for(a.contamination))
-        t_lo = float(model.threshold_for(a.contamination_graded)) if a.contamination_graded else t_hi
+        t_lo, t_hi = alarm_levels(model, a)
         v = alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]), float(baseline["events_per_window"]),
                              float(baseline.get("rate_error", 0.0)),
                              baseline.get("kappa") or normal_weight_kappa(model, t_lo, t_hi))  # the traffic's own, if released
