@@ -60,7 +60,7 @@ from typing import Sequence
 
 import numpy as np
 
-from monitor.alarm.calibrate import baseline_problem, baseline_rate_error, kappa_upper, span_flag_cap
+from monitor.alarm.calibrate import baseline_problem, baseline_rate_error, kappa_upper, span_flag_cap, span_windows
 from monitor.dp import noise_source
 
 __all__ = ["BaselineEstimate", "BaselineTracker"]
@@ -195,7 +195,7 @@ class BaselineTracker:
         estimate's traffic. Fixed for the whole span (the estimate changes only at release)."""
         if self.flag_cap is None or self.warming_up:
             return self.flag_cap
-        windows = max(1, int(math.ceil(self.refresh_seconds / self.window_seconds - 1e-9)))
+        windows = span_windows(self.refresh_seconds, self.window_seconds)
         return span_flag_cap(self.flag_cap, self.epsilon_flagged, windows, self.estimate.events_per_window,
                              self.estimate.rate)
 
@@ -259,7 +259,7 @@ class BaselineTracker:
         assert self._span_start is not None, "release() before any window"
         # Scheduled windows, not the windows seen: a gap (downtime) must not lower the
         # sensitivity below what a unit present in every window could contribute.
-        w = max(1, int(math.ceil((window_end - self._span_start) / self.window_seconds - 1e-9)))
+        w = span_windows(window_end - self._span_start, self.window_seconds)
         cap = self.span_cap()
         events_sensitivity = 1 if cap is None else w
         flagged_sensitivity = 1 if cap is None else min(cap, w)

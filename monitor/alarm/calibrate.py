@@ -62,6 +62,7 @@ __all__ = [
     "alarm_visibility",
     "baseline_problem",
     "span_flag_cap",
+    "span_windows",
     "window_threshold",
     "visibility_for",
     "normal_weight_rate",
@@ -75,6 +76,16 @@ SECONDS_30_DAYS = 30 * 86400.0
 # Below this many events per window (mean over the baseline's span) the alarm has too
 # little traffic to tell a surge from chance, and a rate estimated from it is mostly noise.
 MIN_BASELINE_EVENTS_PER_WINDOW = 20.0
+
+
+def span_windows(seconds: float, window_seconds: float) -> int:
+    """Windows a span of ``seconds`` covers (at least 1): the count that sets a baseline's
+    sensitivities. The 1e-9 keeps a span of exactly k windows at k in floats.
+
+    >>> span_windows(86400, 300), span_windows(86400.0000000001, 300), span_windows(10, 300)
+    (288, 288, 1)
+    """
+    return max(1, int(math.ceil(seconds / window_seconds - 1e-9)))
 
 
 def alarm_levels(model, settings) -> tuple[float, float]:
@@ -419,7 +430,7 @@ def visibility_for(config, model, events_per_window: float, warmup: bool = True)
     rate = normal_weight_rate(model, t_lo, t_hi, a.contamination)
     kappa = normal_weight_kappa(model, t_lo, t_hi)
     span = a.baseline_warmup_seconds if warmup else a.baseline_refresh_seconds
-    w = max(1, int(math.ceil(span / size - 1e-9)))
+    w = span_windows(span, size)
     capped = config.stream.entity_field is not None
     eps_flagged = a.epsilon_baseline_warmup if warmup else a.epsilon_baseline_flagged
     cap = a.baseline_flag_cap if warmup else span_flag_cap(a.baseline_flag_cap, eps_flagged, w, events_per_window, rate)
