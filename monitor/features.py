@@ -1,4 +1,4 @@
-"""Scaling events to the unit cube with PUBLIC bounds (DESIGN 2.1).
+"""Scaling events to the unit cube with PUBLIC bounds (docs/design.md#the-model).
 
 Scaling by the data's own min, max or mean would leak them; every private part of the
 monitor sees features only through this function.

@@ -1,7 +1,7 @@
 """The window ledger: one durable row per scheduled window, released or suppressed.
 
 The ledger is what makes "a window is released at most once" true across crashes
-(DESIGN 4). The stream service records a window's alert record here *before* it
+(docs/design.md#the-budget). The stream service records a window's alert record here *before* it
 publishes it; after a crash it republishes the stored bytes (``unpublished()``),
 never a fresh draw of noise, and the budget is never charged twice because the
 window start is the primary key and a second record of the same window is a no-op.

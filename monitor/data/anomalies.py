@@ -1,4 +1,4 @@
-"""Anomalies that look like real ones (issue 26), for any feature set.
+"""Anomalies that look like real ones, for any feature set.
 
 The simulator's own desaturation episodes are extreme: the model flags 99 % of them. Real
 surges are often quieter. Each kind below turns normal readings into anomalous ones; a

@@ -1,4 +1,4 @@
-"""Private "is this record a (beta, r)-anomaly of the reference data?" queries (DESIGN 5, seed 003).
+"""Private "is this record a (beta, r)-anomaly of the reference data?" queries (docs/design.md#anomaly-queries).
 
 - ``anomaly``: the seed's definition and the distance to the other answer (exact on the
   ordinary graph, a safe bound on the k-sensitive graph).

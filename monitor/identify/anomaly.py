@@ -1,4 +1,4 @@
-"""The (beta, r)-anomaly of the seed and its distance to the other answer (DESIGN 5).
+"""The (beta, r)-anomaly of the seed and its distance to the other answer (docs/design.md#anomaly-queries).
 
 Definition 2.2 of Asif et al. (CCS 2019): record ``i`` is a (beta, r)-anomaly of the
 database x when ``i`` is present in x and at most beta records of x lie within distance r

@@ -1,4 +1,4 @@
-"""The optimal private yes/no answer to "is this record a (beta, r)-anomaly?" (DESIGN 5).
+"""The optimal private yes/no answer to "is this record a (beta, r)-anomaly?" (docs/design.md#anomaly-queries).
 
 For a yes/no function f on a neighbour graph, with m >= 1 the graph distance from the
 database to the nearest one where f has the other answer, the mechanism answers f

@@ -1,4 +1,4 @@
-"""Private grid-kNN model (DESIGN 2): fit once under pure epsilon-DP, publish the file, score fast.
+"""Private grid-kNN model (docs/design.md#the-model): fit once under pure epsilon-DP, publish the file, score fast.
 
 The service's use: ``m = load_configured(cfg)`` (the model file of ``cfg.model.path``, checked
 against the configured features, with the config's threshold applied), then ``m.predict(Y_raw)``

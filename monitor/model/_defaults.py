@@ -1,7 +1,7 @@
 """Default grid layout from public settings and a private size estimate only.
 
 Nothing here may look at the data itself: the layout is part of the mechanism, and
-choosing it from the data would leak (DESIGN 2.1). It depends on d, epsilon, the public
+choosing it from the data would leak (docs/design.md#the-model). It depends on d, epsilon, the public
 seed and ``n``, a NOISY count of the reference records that ``GridKNN.fit`` releases first
 with a named share of the budget (SIZE_SHARE): the layout is then post-processing of a DP
 release and the model stays pure epsilon-DP. docs/model.md explains the rule and

@@ -1,7 +1,7 @@
 """One noisy grid over a few features: the private histogram and Algorithm 1 on it.
 
 The grid covers [0, 1]^p (features already scaled with PUBLIC bounds) with ``bins``
-cells per axis. Only noisy values above a public threshold are kept (DESIGN 2.3); the
+cells per axis. Only noisy values above a public threshold are kept (docs/design.md#the-model); the
 same distribution is produced either by noising every cell (dense) or by noising the
 occupied cells and simulating the empty cells that cross the threshold (sparse).
 """
@@ -130,7 +130,7 @@ class NoisyGrid:
         return np.where(hit, self.values[pos], 0.0)
 
     def score(self, U: np.ndarray, k: float, depth: int, weighted: bool) -> np.ndarray:
-        """Algorithm 1 (seed 001) on the noisy cells, vectorised, in unit-cube distance.
+        """Algorithm 1 (Rauch et al.) on the noisy cells, vectorised, in unit-cube distance.
 
         The cells within L1 depth of the query's cell are visited in order of the
         distance from the query to their centres (the paper's dist_y), accumulating

@@ -2,7 +2,7 @@
 
 A contamination rate c should mean "flag a share c of the user's normal data". The grids'
 own noisy mass cannot say that (on the shared benchmarks a nominal 1 % flagged 0 % to 51 %
-of unseen normal events, issue 27), so ``GridKNN.fit`` holds a part of the reference rows
+of unseen normal events; docs/model.md), so ``GridKNN.fit`` holds a part of the reference rows
 apart from the grids (``split_rows``: disjoint records, parallel composition) and releases
 the distribution of the model's scores on that part here: a noisy histogram over PUBLIC
 score bins (``score_edges``). Every rate is then post-processing of that histogram:
@@ -312,7 +312,7 @@ class Calibration:
         # The realised count above t misses rate * m by the noise (alpha, 95 %) and by the
         # sampling spread of m rows (about 2 sqrt(rate m) for 95 %), independent errors that
         # add in quadrature; within half of rate * m the unseen rate stays inside
-        # [rate / 2, 2 rate] (issue 27's goal).
+        # [rate / 2, 2 rate].
         enough = expected > 0 and math.hypot(alpha, 2.0 * math.sqrt(expected)) <= 0.5 * expected
         return RateAccuracy(rate, t, m, alpha, enough)
 

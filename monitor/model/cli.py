@@ -35,7 +35,7 @@ def configure_score(parser: argparse.ArgumentParser) -> None:
 
 
 def _charge_reference_ledger(cfg, epsilon: float, reference: Path) -> tuple[float, float]:
-    """Charge the fit's epsilon to the reference-data ledger (DESIGN 4), before fitting.
+    """Charge the fit's epsilon to the reference-data ledger (docs/design.md#the-budget), before fitting.
 
     Charging first means a fit that fails afterwards still counts: the noise may have
     been drawn, and a budget that errs on the side of spending is the safe one.

@@ -1,4 +1,4 @@
-"""GridKNN: the private grid-kNN outlier model (seed 001, Rauch et al.; DESIGN 2).
+"""GridKNN: the private grid-kNN outlier model (Rauch et al.; docs/design.md#the-model).
 
 >>> import numpy as np
 >>> X = np.random.default_rng(0).normal(50, 15, size=(2000, 2))
@@ -27,10 +27,10 @@ __all__ = ["GridKNN"]
 # Public size and seed of the synthetic sample drawn from the model to set tau from contamination.
 _N_SYNTHETIC = 20000
 _SYNTHETIC_SEED = 0
-# Expected number of empty cells kept per grid by the threshold (DESIGN 2.3).
+# Expected number of empty cells kept per grid by the threshold (docs/design.md#the-model).
 _FALSE_CELLS_DENSE = 0.5  # of the grid: theta = 0 for dense grids, keep every positive noisy value
 _FALSE_CELLS_MAX = 1000.0
-# Calibration (issue 27, docs/model.md "Calibrated flags"). Share of the reference rows held
+# Calibration (docs/model.md "Calibrated flags"). Share of the reference rows held
 # apart from the grids, chosen on the shared sets (bench/bench_calibration.py): more rows
 # make rarer rates calibratable, fewer grid rows cost AUROC.
 CALIBRATION_SHARE = 0.25
@@ -258,7 +258,7 @@ class GridKNN:
         ``normal_share_above``'s inverse. Post-processing, free, microseconds: the alarm
         may ask for any rate. Uncalibrated (older model files): the quantile of points
         drawn from the model's own noisy mass, which is NOT the share of real normal data
-        (issue 27); ``rng`` only drives that public sampling.
+        (docs/model.md); ``rng`` only drives that public sampling.
 
         >>> X = np.random.default_rng(0).normal(50, 15, size=(2000, 2))
         >>> m = GridKNN(epsilon=1.0, bounds=[(0, 100), (0, 100)], contamination=0.05, random_state=0).fit(X)

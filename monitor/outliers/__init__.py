@@ -1,4 +1,4 @@
-"""Private outlier analysis (seed 000, Okada et al.; DESIGN section 3).
+"""Private outlier analysis (Okada et al.; docs/design.md#outlier-counts).
 
 Distance-based outlier counts with a polynomial-time smooth sensitivity bound, their
 private release, and the exponential mechanism for the top-h subspaces.

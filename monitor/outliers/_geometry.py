@@ -4,7 +4,7 @@ Everything works in *scaled* subspace coordinates ``Y = X[:, S] / sqrt(|S|)``, w
 the paper's normalised distance dist_S is the plain Euclidean distance, so a ball of
 radius r is an ordinary ball.
 
-Floating point (DESIGN 8). Both predicates are functions of the two rows only, computed
+Floating point (docs/design.md#floating-point). Both predicates are functions of the two rows only, computed
 the same way wherever they are used (:func:`sq_dist`, summed in a fixed order):
 
 - the count's: ``y`` is within r of ``x`` iff ``sq_dist(x, y) <= r * r``;
@@ -19,7 +19,7 @@ candidates (at a radius 1e-9 wider than any pair passing the predicate); the pre
 decide, so the result never depends on the tree's own rounding or shape.
 
 The F functions bound ``max_c |P ∩ B(c, r)|`` and are monotone and 1-Lipschitz in P by
-construction (DESIGN 3.2), because they are the clique number, or the degeneracy + 1, of
+construction (docs/design.md#outlier-counts), because they are the clique number, or the degeneracy + 1, of
 the graph the fixed edge predicate induces on P:
 - 1-D: the clique number, exactly: the edge graph of sorted values is a proper interval
   graph (fl(v_j - v_i) is monotone in each argument), whose largest clique is the

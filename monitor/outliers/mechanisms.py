@@ -1,4 +1,4 @@
-"""Private release of the outlier count (DESIGN 3.3 and 3.3b).
+"""Private release of the outlier count (docs/design.md#outlier-counts, docs/privacy-count.md).
 
 Mechanisms (the ``mechanism`` argument, and the name recorded in the release):
 
@@ -22,7 +22,7 @@ S is min(smooth_sensitivity(W, beta), k K_|S| + 1): a constant bound on the loca
 sensitivity is beta-smooth and so is the minimum of two, so capping keeps every
 guarantee and bounds the smooth noise by a constant multiple of the global one.
 
-Floating point (DESIGN 8, proofs in docs/privacy-count.md). "global", "laplace" and
+Floating point (docs/design.md#floating-point, proofs in docs/privacy-count.md). "global", "laplace" and
 "gaussian" hand the exact count to OpenDP as the centre, which adds its noise with exact
 rounding. No library samples Student's t, so that mechanism builds T from OpenDP
 Gaussians in floats; it never publishes that float: it releases min(q, 2^26) plus the

@@ -1,9 +1,9 @@
 """The outlier count of Okada et al. and its sensitivities.
 
-q(W, S) = number of rows with fewer than k OTHER rows within r under dist_S (seed 000,
+q(W, S) = number of rows with fewer than k OTHER rows within r under dist_S (Okada et al.,
 section 3.1). Its global sensitivity is at most k K_|S| + 1 (Theorem 4, K_d the
 kissing number); :func:`smooth_sensitivity` is a polynomial-time beta-smooth upper bound
-on its local sensitivity (DESIGN 3.2, Theorem 6 with exact or bounded ball packing).
+on its local sensitivity (Theorem 6 with bounded ball packing; docs/design.md#outlier-counts).
 
 >>> import numpy as np
 >>> X = np.array([[0.0], [0.05], [0.1], [0.9]])
@@ -94,8 +94,8 @@ def smooth_sensitivity(
 
     S(W) = max_t exp(-beta t) U_t(W), U_t = max(F(P_hi(t)), F(P_lo(t))) + t + 1, where
     P_hi(t) holds the rows with deg in [k-t, k+t], P_lo(t) those with deg in
-    [k-t-1, k+t-1], and F is exact ball packing for |S| <= 2, degeneracy + 1 of the
-    2r-graph for |S| >= 3 (DESIGN 3.2). For add/remove neighbours W, W':
+    [k-t-1, k+t-1], and F is the clique number of the 2r-graph for |S| = 1 and its
+    degeneracy + 1 for |S| >= 2 (docs/design.md#outlier-counts). For add/remove neighbours W, W':
     LS(W) <= S(W) and S(W) <= exp(beta) S(W'). The window size is never used as a cap.
     The value is data-dependent: never publish it.
 

@@ -1,4 +1,4 @@
-"""Top-h outlier subspaces with the exponential mechanism (seed 000, section 5.1; DESIGN 3.4)."""
+"""Top-h outlier subspaces with the exponential mechanism (Okada et al., section 5.1; docs/design.md#outlier-counts)."""
 
 from __future__ import annotations
 
