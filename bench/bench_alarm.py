@@ -1,4 +1,4 @@
-"""Surge alarm benchmark (issue 10): does it page on real surges, quickly, rarely falsely?
+"""Surge alarm benchmark: does it page on real surges, quickly, rarely falsely?
 
 For each scenario (people online, surge share) it simulates ``--days`` days of 5-minute
 windows (``monitor.data.traffic``: +-30 % daily swing, a slow drift of the normal rate,
@@ -443,7 +443,7 @@ def main() -> None:
     figure = REPO / "docs" / "figures" / "alarm_day.png"
     if args.write:
         plot_day(results[SCENARIOS[1][:2]], config, figure, day=min(2, days - 1))
-    text = f"""## Surge alarm (issue 10)
+    text = f"""## Surge alarm
 
 `OMP_NUM_THREADS=1 python bench/bench_alarm.py --write` ({days} simulated days of 5-minute windows, seed {args.seed}).
 The shipped `config.yaml` as is: alarm runs on the UTC-day calendar (a run's threshold costs epsilon {a.epsilon_threshold:g}; a quiet run goes on past midnight, one that paged ends there), epsilon {a.epsilon_page:g} per page, quiet windows free;
@@ -463,7 +463,7 @@ surges and the pages).
 |---|---|---|---|---|---|---|---|---|
 """ + "\n".join(rows) + """
 
-Goals (issue 10):
+Goals:
 
 """ + "\n".join(goals) + """
 

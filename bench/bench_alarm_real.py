@@ -1,4 +1,4 @@
-"""Surge alarm on real labelled data (issue 26): does it page where an exact detector would?
+"""Surge alarm on real labelled data: does it page where an exact detector would?
 
 For every set of ``../shared/datasets`` with enough rows (at least 3,000), the inliers are
 split in two halves: one is the reference ``monitor fit`` fits the model on (with the
@@ -344,7 +344,7 @@ def main() -> None:
     ap.add_argument("--kinds", nargs="*", default=["rows"], help="anomaly kinds: rows (the set's outliers) and/or "
                     "subtle_shift stuck_sensor correlated_drift far_outlier")
     ap.add_argument("--config", default=str(REPO / "config.yaml"))
-    ap.add_argument("--legacy", action="store_true", help="the alarm before issue 26 for comparison: the plain flag at "
+    ap.add_argument("--legacy", action="store_true", help="the alarm before graded weights, for comparison: the plain flag at "
                     "alarm.contamination and the absolute threshold 21 + 1 sd + 10 %% of the expected count")
     ap.add_argument("--kappa", choices=("model", "traffic"), default="model", help="the threshold's kappa: the model's "
                     "calibration (shipped) or the traffic's own E[w^2] / E[w] (a diagnostic oracle; not with --write)")
@@ -370,7 +370,7 @@ def main() -> None:
         print(table)
         if args.write:
             cmd = " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_real.py", *sys.argv[1:]])
-            write_section("alarm-real-levels", f"### Choosing the alarm's two levels (issue 26)\n\n`{cmd}` "
+            write_section("alarm-real-levels", f"### Choosing the alarm's two levels\n\n`{cmd}` "
                           f"({time.perf_counter() - t0:.0f} s)\n\n{table}\n")
         return
     results = []
@@ -397,7 +397,7 @@ def main() -> None:
     if args.write:
         cmd = args.command or " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_real.py", *sys.argv[1:]])
         took = args.seconds if args.seconds is not None else time.perf_counter() - t0
-        write_section("alarm-real-legacy" if args.legacy else "alarm-real", f"### Surge alarm on real labelled data (issue 26){' - the alarm before it (--legacy)' if args.legacy else ''}\n\n`{cmd}` "
+        write_section("alarm-real-legacy" if args.legacy else "alarm-real", f"### Surge alarm on real labelled data{' - the alarm before it (--legacy)' if args.legacy else ''}\n\n`{cmd}` "
                       f"({took:.0f} s on 1 core)\n\n{PREFACE}\n\n{table}\n")
 
 

@@ -1,4 +1,4 @@
-"""Calibrated flag rates (issue 27 part 1); writes the `calibration` block of docs/benchmarks/calibration.md.
+"""Calibrated flag rates; writes the `calibration` block of docs/benchmarks/calibration.md.
 
     python bench/bench_calibration.py                 # 19 datasets x 3 seeds, epsilon 1 (a few minutes)
     python bench/bench_calibration.py --sweep         # also the split share / bins sweep (choice of defaults)
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     goal = s["enough_inside"] == s["enough"]
     enough_aucs = np.array([(r["auc"], r["auc_uncal"]) for r in rows if r["rate"] == RATES[0]])
     cmd = "python bench/bench_calibration.py" + (" --sweep" if a.sweep else "")
-    md = f"""## Calibrated flag rates (issue 27 part 1)
+    md = f"""## Calibrated flag rates
 
 Reproduce: `{cmd}` ({len(SEEDS)} seeds, epsilon {EPSILON:g}; took {took:.0f} s on 2 shared cores).
 

@@ -1,4 +1,4 @@
-"""Benchmarks of the private outlier core (issue 2): noise, top-h accuracy, speed.
+"""Benchmarks of the private outlier core: noise, top-h accuracy, speed.
 
     OMP_NUM_THREADS=1 python bench/bench_core.py            # full run, writes docs/benchmarks/outliers.md (core)
     OMP_NUM_THREADS=1 python bench/bench_core.py --quick    # smaller, for development (no write)
@@ -194,14 +194,14 @@ def oracle_table(rng, windows=30):
     return "\n".join(lines)
 
 
-# -- Student's t snapping (issue 9) ----------------------------------------------------------
+# -- Student's t snapping (docs/privacy-count.md, Lemma 2) ----------------------------------
 def snapping_section(rng, quick):
-    """Noise of the count at issue 9's settings (epsilon 0.8), before and after the snapping."""
+    """Noise of the count at epsilon_count 0.8, before and after the snapping."""
     st = ReportSettings(epsilon_count=0.8, delta_count=1e-9)
     eps, delta, k, r = st.epsilon_count, st.delta_count, st.k, st.radius
     loss, g = student_t_float_loss(eps)
     windows = {
-        "issue 9 window: 200 events near 0.5 (5-D)": 0.5 + 0.01 * rng.standard_normal((200, 5)),
+        "tight window: 200 events near 0.5 (5-D)": 0.5 + 0.01 * rng.standard_normal((200, 5)),
         "sensor-like window, 10,000 events (5-D)": sensor_window(10_000, 5, rng),
     }
     reps = 2000 if quick else 20000
@@ -219,14 +219,14 @@ def snapping_section(rng, quick):
         measured = float(np.std(_draw("student_t", S1 / s1, source, reps, epsilon=eps)))
         lines.append(f"| {name} | {S0:.3f} / {S1:.3f} | {before:.3f} | {after:.3f} | {measured:.2f} | "
                      f"{(after / before - 1) * 100:+.2f} % |")
-    return (f"### Student's t count at the shipped settings: noise before and after the float fix (issue 9)\n\n"
+    return (f"### Student's t count at the shipped settings: noise before and after the float fix\n\n"
             f"Shipped `release` settings: 5 features, k={k}, r={r}, eps={eps}, delta={delta} (auto picks "
             f"`{choose_mechanism(eps, delta, k, 5)}`). The release is now snapped to multiples of g = 2^{int(math.log2(g))} "
             f"and the charged float loss is {loss:.2e} of the {eps} (docs/privacy-count.md). Std of the t noise is "
             "sqrt(3) S / s; the grid adds at most g^2/12 of variance.\n\n" + "\n".join(lines))
 
 
-# -- release cost vs plain counts (issue 11) ---------------------------------------------------
+# -- release cost vs plain counts (docs/privacy-count.md, Lemma 4) -----------------------------
 def _timed(fn, at_least=0.5, most=50):
     """(wall, cpu) seconds per call of fn, averaged over repeats until at_least CPU seconds
     (small windows take milliseconds: one call is mostly timer and scheduler noise)."""
@@ -262,7 +262,7 @@ def diffuse(n, d, rng):
     return rng.standard_normal((n, d))
 
 
-# The commit before issue 11's cheaper smooth-bound computation: its S is computed on the
+# The commit before the cheaper smooth-bound computation: its S is computed on the
 # same windows in a subprocess, to show the bound's value did not change.
 COST_REFERENCE = "c58dcf1"
 
@@ -323,9 +323,9 @@ def release_cost_section(rng, quick, max_events=1_000_000):
         lines.append(f"| {kind} | {d} | {n:,} | {pc:.2f} | {rc:.2f} | {rc / pc:.2f} | {rw:.2f} | {fmt(S)} | {fmt(S0)} |")
     X = diffuse(10_000 if quick else 100_000, 10, rng)
     (pw, pc), (rw, rc) = release_cost(X, rng=rng)
-    return ("### Release cost vs the plain counts (issue 11)\n\n"
+    return ("### Release cost vs the plain counts\n\n"
             "Full release = the full-space count with its smooth bound "
-            "(auto at epsilon_count 0.8, issue 9's setting, where auto picks the smooth Student's t from 3-D; at the shipped 0.05 it picks the global bound up to 6-D, which needs no smooth bound) + top-3 over all 1-D "
+            "(auto at epsilon_count 0.8, the float-fix table's setting, where auto picks the smooth Student's t from 3-D; at the shipped 0.05 it picks the global bound up to 6-D, which needs no smooth bound) + top-3 over all 1-D "
             "and 2-D subspaces (their counts) + the 3 chosen counts (global mechanism in 1-D and 2-D, centred on the "
             "counts the selection computed, as `release_report` does); plain = the "
             "non-private counts of the same subspaces. k=5, r=0.1, one thread. CPU seconds of this process per "
@@ -334,7 +334,7 @@ def release_cost_section(rng, quick, max_events=1_000_000):
             "shipped beta (\"-\": auto uses the global mechanism in 2-D), after this change and at commit "
             f"{COST_REFERENCE} (before it; windows up to 100,000 events). 1,000,000-event windows of diffuse 5-D and 10-D take minutes each: they are measured on their own (`--diffuse-million`, next section).\n\n" + "\n".join(lines)
             + f"\n\nWorst release / plain ratio: {worst:.2f} (goal <= 2; before this change 5.92, diffuse 5-D "
-            f"100,000). The issue's window ({X.shape[0]:,} x 10-D from N(0, I), diffuse): release {rc:.2f} s cpu / "
+            f"100,000). The diffuse 10-D window ({X.shape[0]:,} x 10-D from N(0, I), diffuse): release {rc:.2f} s cpu / "
             f"{rw:.2f} s wall, plain counts {pc:.2f} s cpu (before this change: 9.40 s cpu release, 4.64 s plain; "
             "goal < 5 s).")
 
@@ -369,7 +369,7 @@ def plot(panels, path):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller run for development; does not write")
-    parser.add_argument("--cost", action="store_true", help="only the issue 9/11 tables (section core_cost)")
+    parser.add_argument("--cost", action="store_true", help="only the float-fix and release-cost tables (section core_cost)")
     parser.add_argument("--max-events", type=int, default=1_000_000, help="largest window of the release-cost table")
     parser.add_argument("--diffuse-million", action="store_true",
                         help="only the 1,000,000-event diffuse 5-D and 10-D windows the cost table leaves out (section core_cost_million)")
@@ -442,7 +442,7 @@ def main() -> None:
     parts.append("### Our bound vs the paper's Algorithms 1-2 (miniball), small random windows\n\n"
                  "The exact clique number in 1-D makes the bound equal to the paper's; from 2-D on, degeneracy + 1 of "
                  "the 2r-graph is an upper bound (polynomial time instead of O(2^|P|) smallest-enclosing-ball calls; "
-                 "the exact 2-D angular sweep was dropped because it is not 1-Lipschitz in floats, issue 9).\n\n"
+                 "the exact 2-D angular sweep was dropped because it is not 1-Lipschitz in floats).\n\n"
                  + oracle_table(rng, 10 if quick else 30))
 
     # Top-h.
@@ -468,11 +468,11 @@ def main() -> None:
     text = "\n\n".join(parts).replace("{minutes}", f"{minutes:.0f}")
     print(text)
     if not quick:
-        write_section("core", "## Private outlier core (issue 2)\n\n" + text)
+        write_section("core", "## Private outlier core\n\n" + text)
 
 
 def cost_main(quick: bool, max_events: int = 1_000_000) -> None:
-    """The tables of issues 9 and 11, in their own section (a few minutes without --quick)."""
+    """The float-fix and release-cost tables, in their own section (a few minutes without --quick)."""
     rng = np.random.default_rng(2027)
     started = time.perf_counter()
     load = os.getloadavg()[0]
@@ -483,7 +483,7 @@ def cost_main(quick: bool, max_events: int = 1_000_000) -> None:
             f"other jobs (1-min load average {load:.1f} at start), one thread.\n\n" + "\n\n".join(parts))
     print(text)
     if not quick:
-        write_section("core_cost", "## Private outlier core: float safety and release cost (issues 9, 11)\n\n" + text)
+        write_section("core_cost", "## Private outlier core: float safety and release cost\n\n" + text)
 
 
 def diffuse_million_main() -> None:
@@ -518,7 +518,7 @@ def diffuse_million_main() -> None:
               "and computes no smooth bound. The machine's speed moves both columns (41.8 s plain one day, 32.9 s "
               "another, same code).")
     print(text)
-    write_section("core_cost_million", "### Release cost: 1,000,000 diffuse events in 5-D and 10-D (issue 11)\n\n" + text)
+    write_section("core_cost_million", "### Release cost: 1,000,000 diffuse events in 5-D and 10-D\n\n" + text)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ asked "is it a (beta, r)-anomaly of the dataset?" once; a cell is the fraction o
 answers equal to the exact (beta, r) answer, over the ground-truth inliers or outliers,
 from one seeded draw per record, with the expectation over the mechanism's randomness in
 brackets. DP: epsilon-DP on the ordinary neighbour graph. SP: (epsilon, k)-sensitive
-privacy (seed 003, Definition 3.2) with the safe lower bound on the distance to flip.
+privacy (Asif et al., Definition 3.2) with the safe lower bound on the distance to flip.
 
 Parameters per dataset (chosen NON-privately, for the benchmark only): features scaled
 with the dataset's own min/max; (beta, r) maximise the F1 agreement of the
@@ -115,7 +115,7 @@ with the dataset's own min/max; (beta, r) maximise the F1 agreement of the
 {header}
 {chr(10).join(rows)}
 
-Goal (issue 6): sensitive privacy answers at least 95% of the queries about true outliers
+Goal: sensitive privacy answers at least 95% of the queries about true outliers
 correctly at eps = 1. Measured with k = 1 (sampled, expected):
 {", ".join(f"`{n}` {g:.3f} ({e:.3f})" for n, g, e in zip(DATASETS, goal, goal_expected))}:
 {"met" if min(goal_expected) >= 0.95 else "NOT met"} in expectation on all three datasets.

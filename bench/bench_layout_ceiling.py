@@ -1,4 +1,4 @@
-"""How far ANY grid layout gets where the default rule misses issue 13's goals; writes the
+"""How far ANY grid layout gets where the default rule misses its AUROC goals; writes the
 `model-ceiling` block of docs/benchmarks/model.md.
 
     python bench/bench_layout_ceiling.py --jobs 2     # about 3 minutes on 2 cores

@@ -103,7 +103,7 @@ def exact_grid_model(model: GridKNN, R: np.ndarray) -> GridKNN:
 
 
 def v1_layout_model(bounds, eps: float, seed: int) -> GridKNN:
-    """The layout before issue 13, for comparison: disjoint pairs of features in order, 6 bins,
+    """The first layout rule ("v1"), for comparison: disjoint pairs of features in order, 6 bins,
     k = max(4, G / eps), keep-threshold ln(10) noise scales (odd d: the last pair wraps
     around to feature 0 instead of v1's one triple)."""
     import monitor.model.estimator as est
@@ -327,7 +327,7 @@ def main(argv=None) -> int:
         return (f"- {label}: mean ratio {s['mean']:.3f}, worst {s['worst']:.3f} ({s['worst_name']}) over {s['n']} "
                 f"datasets with kNN >= {KNN_FLOOR}: **{'met' if ok else 'MISSED'}** (goal mean >= 0.97, worst >= 0.90); "
                 f"AUROC falls by more than noise as epsilon grows on {s['falls']} dataset(s); "
-                f"at chance at eps 0.1 on {s['chance']}. The v1 layout (before issue 13): mean "
+                f"at chance at eps 0.1 on {s['chance']}. The v1 layout (the first rule): mean "
                 f"{s['v1_mean']:.3f}, worst {s['v1_worst']:.3f}.")
 
     md = f"""## Private grid-kNN model
@@ -350,7 +350,7 @@ sub-cells computed once per model (post-processing), so an event costs one looku
 The 19 shared datasets were split BEFORE tuning: "choose" = the 7 of BASELINES.md (the first
 layout rule was chosen on these), "confirm" = the 12 others. Caveat, stated honestly: the
 confirm group is no longer a clean check. It was run twice while the previous rule was made
-(its thyroid failures added the one-feature grids), and the current rule (issue 13, second
+(its thyroid failures added the one-feature grids), and the current rule (second
 round: a noisy record count sizes the layout; a one-feature grid per feature; 3^3 joint grids;
 k >= sqrt(n)) was made looking at BOTH groups many times, after studying why annthyroid, letter,
 wine and Hepatitis failed. The rule's constants have reasons (noise-vs-count arithmetic,
@@ -361,7 +361,7 @@ with epsilon). The public layout seed is a lottery on the smallest sets: with la
 and 3 instead of 0 (`--layout-seed N --no-write`), Ionosphere (180 records, all grids bagged)
 scores 0.869, 0.855 and 0.846 of kNN, so the choose group's worst case passes on seed 0's draw;
 the group means move by up to 0.010 (choose) and 0.023 (confirm).
-Fourth round (issue 27): the fit holds 25 % of the reference rows apart from the grids to
+Fourth round: the fit holds 25 % of the reference rows apart from the grids to
 calibrate rates (docs/model.md, "Calibrated flags"; section "Calibrated flag rates"), so the
 grids see 75 % of the rows. At eps 1 this moved the choose group from mean 0.979 / worst 0.915
 to 0.971 / 0.891 (Ionosphere: 135 rows left to the grids; its layout-seed lottery above spans
@@ -375,7 +375,7 @@ deployment they come from config.yaml, never from the data. Variant per dataset:
 advice for its 7, else `cap10` when that leaves at least 10 outliers, else `all`. Exact kNN
 (k = 5) computed here on the same splits. "grid, exact counts": the eps = 1 layout with exact
 counts and k = 5 (not private; what the layout alone reaches; sized with the true record count). Ratio = DP AUROC at eps 1 / exact
-kNN AUROC. "v1 layout": the layout before issue 13 (disjoint pairs, 6 bins, k = max(4, G/eps),
+kNN AUROC. "v1 layout": the first layout rule (disjoint pairs, 6 bins, k = max(4, G/eps),
 keep-threshold ln(10) noise scales), same splits. Largest fall: the largest drop of mean AUROC from one epsilon to any larger one, with
 its noise (2 standard errors of the paired per-seed difference + 0.005); **FALLS** when above it.
 "(chance)": mean AUROC at eps 0.1 within 2 standard errors of 0.5. On 39_vertebral exact kNN scores

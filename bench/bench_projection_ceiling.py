@@ -1,4 +1,4 @@
-"""Beyond axis-aligned grids (issue 27, part 2): do grids over other coordinates reach the
+"""Beyond axis-aligned grids: do grids over other coordinates reach the
 worst confirm-group set? Writes the `model-projections` block of docs/benchmarks/model.md.
 
     python bench/bench_projection_ceiling.py          # about a minute on one core
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     keys = list(rows[0])
     knn = np.mean([r["knn"] for r in rows])
     lines = [
-        f"## Beyond axis-aligned grids: {args.dataset} (issue 27)",
+        f"## Beyond axis-aligned grids: {args.dataset}",
         "",
         f"Epsilon 1, {args.seeds} splits of `bench_model.py`; AUROC and its ratio to exact kNN on all features "
         f"({knn:.3f}). *pca k*: the top k principal components of the reference set, EXACT (an optimistic "

@@ -22,7 +22,7 @@ Rates are counted from the first record received to the last, so the group join
     python bench/bench_stream.py --confluent --write      # and writes docs/benchmarks/stream.md section `stream`
     python bench/bench_stream.py --floods --events 100000 # one person's floods (docs/scaling.md)
 
-``--floods`` measures only what one person's flood costs everyone (issue 25.4): the
+``--floods`` measures only what one person's flood costs everyone (docs/scaling.md#what-a-window-holds): the
 service's rate on the same number of events, clean, with one malformed message per
 1,000, and with half the events one entity's duplicates (the other half distinct).
 """
@@ -93,7 +93,7 @@ def _rates(n: int, first: tuple[float, float], last: tuple[float, float]) -> tup
 
 
 def bare_consumer_rate(bootstrap: str, topic: str, n: int, loads=json.loads) -> tuple[float, float]:
-    """A bare kafka-python consumer that json-decodes each record (the issue's yardstick:
+    """A bare kafka-python consumer that json-decodes each record (the yardstick:
     ``json.loads``; ``orjson.loads`` for the row that shows the client's own ceiling)."""
     consumer = make_consumer(bootstrap, f"bare-{time.time_ns()}", GROUP)
     consumer.subscribe([topic])

@@ -346,8 +346,8 @@ class GridKNN:
         quantile lands far above the reference's own scores (measured on the bundled
         vitals: contamination 0.05 flagged 0.05 % of normal events and 10 % of anomalies;
         with the floor about 2 % and 100 %). On small reference sets that floor also
-        removed real cells (up to 35 % of normal events flagged at 0.05 with the issue
-        13 layouts), so it is capped at half the average real cell.
+        removed real cells (up to 35 % of normal events flagged at 0.05 with the current
+        default layouts), so it is capped at half the average real cell.
         """
         U = np.full((_N_SYNTHETIC, self.n_features_in_), np.nan)
         res = np.zeros(self.n_features_in_, dtype=np.int64)  # bins of the grid that set each feature
