@@ -1,4 +1,4 @@
-"""Issue 26: the graded statistic keeps the alarm's guarantee, floats cannot widen it, the
+"""Graded weights (docs/design.md#graded-weights) keep the alarm's guarantee, floats cannot widen it, the
 threshold keeps the stated false-page rate at any scale, and a degenerate baseline is announced."""
 
 from __future__ import annotations

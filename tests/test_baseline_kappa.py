@@ -1,4 +1,4 @@
-"""The baseline's own kappa (issue 26): the flagged total released as two parts, sum(w^2)
+"""The baseline's own kappa (docs/alarm.md): the flagged total released as two parts, sum(w^2)
 and sum(w - w^2), at the flagged total's sensitivity and epsilon; the alarm's threshold
 reads the traffic's kappa from it instead of the model's coarse guess."""
 
@@ -108,7 +108,7 @@ def test_the_threshold_uses_the_baselines_kappa_where_it_has_one():
 
 
 def test_the_pairs_true_values_are_exact_in_floats():
-    # DESIGN 8: the noise is added to the exact values, so a neighbour's pair must differ by
+    # docs/design.md#floating-point: the noise is added to the exact values, so a neighbour's pair must differ by
     # exactly its contribution, with no float rounding to widen it. The releaser passes
     # weights as integers of 1/4096 (``weight_units``), so w and w^2 are dyadic and every sum
     # below 2^29 is exact: checked against rational arithmetic on adversarial windows

@@ -1,4 +1,4 @@
-"""The broker dies mid-run (issue 4): the service rides it out and releases nothing twice.
+"""The broker dies mid-run: the service rides it out and releases nothing twice.
 
 Tansu on durable ``s3://`` storage (an s3rver process), so topics, messages and the
 group's committed offsets survive the broker's SIGKILL. While the broker is down the

@@ -1,4 +1,4 @@
-"""Calibrated flag rates (issue 27 part 1): the held-apart part, its histogram's guarantee, the file."""
+"""Calibrated flag rates (docs/model.md): the held-apart part, its histogram's guarantee, the file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A user's first hour, second pass (issue 29): what they type after `monitor run` starts.
+"""A user's first hour, second pass: what they type after `monitor run` starts.
 
 Real processes on the embedded broker: the start-up line gives the bootstrap string to
 paste (Kafka's 9092 when free), `monitor run` logs each window's alarm state and epsilon,

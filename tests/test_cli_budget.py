@@ -1,4 +1,4 @@
-"""`monitor budget | less`: the latest windows as a user reads them (issue 29.7).
+"""`monitor budget | less`: the latest windows as a user reads them.
 
 A paging window's row in the ledger holds only its own share (the report, 0.45) while its
 record says what the window charged in all (the page and the report, 0.95); the window
@@ -76,7 +76,7 @@ def _percents(line: str) -> list[float]:
 
 
 def test_budget_says_what_surge_the_alarm_can_see_before_any_baseline(workdir):  # noqa: F811
-    # Issue 26: a new user is told which surge a fleet of each size can see, and what the
+    # A new user is told which surge a fleet of each size can see, and what the
     # derived threshold costs in false pages, before anything has run.
     from monitor.alarm.calibrate import visibility_for
     from monitor.config import load_config

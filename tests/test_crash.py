@@ -1,4 +1,4 @@
-"""Crash safety of `monitor run` (issue 4): SIGKILL at random moments, then restart.
+"""Crash safety of `monitor run` (docs/design.md#the-budget): SIGKILL at random moments, then restart.
 
 One run of at least 20 one-second windows on a real broker (3 input partitions, events
 produced in real time), the service killed with SIGKILL six times and restarted each
@@ -164,7 +164,7 @@ def test_sigkill_any_process_of_a_two_stage_deployment(tmp_path, fresh_broker):
     events keyed by device in real time; SIGKILL a seeded random process at a random
     moment, six times, restarting it each time. Every produced event is counted in
     exactly one window, every window is in the ledger once and charged once, every
-    alert equals its ledger row (issue 11)."""
+    alert equals its ledger row (docs/budget.md, crash safety)."""
     require_service()
     rng = random.Random(SEED + 7)
     bootstrap = fresh_broker.bootstrap_servers

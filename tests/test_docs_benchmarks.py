@@ -1,4 +1,4 @@
-"""The benchmark pages: BENCHMARKS.md indexes one page per area under docs/benchmarks/ (issue 29.11),
+"""The benchmark pages: BENCHMARKS.md indexes one page per area under docs/benchmarks/,
 and every bench script writes its sections into the page that holds them."""
 
 from __future__ import annotations

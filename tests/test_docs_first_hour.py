@@ -1,4 +1,4 @@
-"""The package and its docs as a new user meets them (issue 29.10 and 29.11)."""
+"""The package and its docs as a new user meets them."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_privacy_page_quotes_the_shipped_epsilon_top_count():
 
 
 def test_readme_producer_snippet_reaches_the_embedded_broker_as_written():
-    """Issue 29.3: the snippet said localhost:9092 while the embedded broker took a random port."""
+    """The snippet said localhost:9092 while the embedded broker took a random port."""
     from monitor.docs import current_block
     from monitor.stream.broker import DEFAULT_EMBEDDED_PORT
 

@@ -1,4 +1,4 @@
-"""A user's first hour (issue 12): what they type, what they see.
+"""A user's first hour: what they type, what they see.
 
 Each test runs the command a user runs (``python -m monitor ...`` as a real subprocess,
 a real broker, real files) and checks the one line they should get: the cause and the
@@ -201,7 +201,7 @@ def test_misspelt_field_and_sentinel_values_are_warned_about_in_the_log(workdir,
     dead = [w for w in warnings if "missing_field" in w]
     bounds = [w for w in warnings if "values outside" in w]
     assert dead and "field 'spo2'" in dead[0] and "features[].name" in dead[0], dead
-    assert "did you mean 'sp02' for 'spo2'?" in dead[0], dead  # issue 29.9
+    assert "did you mean 'sp02' for 'spo2'?" in dead[0], dead
     ms = [w for w in warnings if "bad_timestamp" in w]
     assert ms and "field 'ts'" in ms[0] and "looks like milliseconds" in ms[0], ms
     assert str(int(now * 1000))[:8] not in " ".join(ms)  # counts and advice, never the value
@@ -237,7 +237,7 @@ def test_fit_says_when_the_reference_is_too_small_for_its_epsilon(workdir):
 
 
 def test_missing_fields_are_all_named_with_a_guess_in_the_dead_letters(tmp_path):
-    """Issue 29.9: `missing_field` named only the first missing field, with no did-you-mean."""
+    """`missing_field` named only the first missing field, with no did-you-mean."""
     write_config(tmp_path, bootstrap=None, model_path=write_model(tmp_path / "model.json"), prefix="fh")
     (tmp_path / "events.jsonl").write_text(json.dumps({"hrt": 70, "sp02": 97, "ts": 1_763_700_010}) + "\n"
                                            + json.dumps({"hr": 70, "spo2": 97, "ts": 1_763_700_010_000}) + "\n")
@@ -282,7 +282,7 @@ def test_budget_shows_the_plan_and_explains_pld_delta(workdir):
 
 
 def test_run_says_what_surge_the_alarm_can_see_at_start(workdir):
-    # Issue 26: the start-up plan says which surge pages within one window at a few traffics
+    # The start-up plan says which surge pages within one window at a few traffics
     # (no baseline yet) and the false-page rate the derived threshold implies.
     set_key(workdir / "config.yaml", "alarm", "enabled", True)
     log = workdir / "run.log"

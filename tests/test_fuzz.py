@@ -1,4 +1,4 @@
-"""Malformed input (issue 4): 10,000 bad messages mixed with valid ones.
+"""Malformed input: 10,000 bad messages mixed with valid ones.
 
 The service must not crash; every malformed message must reach the dead-letter topic
 with its original bytes and the right ``reason`` header (checked as a multiset of

@@ -1,4 +1,4 @@
-"""Several processes, one answer (issue 11, docs/scaling.md).
+"""Several processes, one answer (docs/scaling.md).
 
 One input topic with 3 partitions, events keyed by ``device_id`` (also the entity
 field), produced once. The same input is then monitored three times, each time by a

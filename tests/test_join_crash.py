@@ -1,4 +1,4 @@
-"""Issue 9.6: no window released over a partial assignment after a SIGKILL during the join.
+"""No window released over a partial assignment after a SIGKILL during the join.
 
 `monitor run` (both stages, a real subprocess) on 3 input partitions, 2-second windows,
 50 devices keyed by device (also the entity field), events produced in real time. The

@@ -1,4 +1,4 @@
-"""The default layout (issue 13) and post-processing thresholds (issue 12, item 6)."""
+"""The default layout and post-processing thresholds (docs/model.md)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_size_release_is_drawn_by_the_noise_source_and_charged():
 
 def test_every_feature_is_in_a_joint_grid_and_three_features_share_one():
     lay = default_layout(3, 1.0, n=1000)
-    assert lay.groups[0] == (0, 1, 2)  # issue 13: 3 features were split 2 + 1
+    assert lay.groups[0] == (0, 1, 2)  # the first rule split 3 features 2 + 1
     for d in (4, 9, 21, 64):
         lay = default_layout(d, 1.0, n=5000)
         joint = [g for g in lay.groups if len(g) > 1]
@@ -83,7 +83,7 @@ def test_more_budget_never_coarsens_the_layout_and_it_is_fixed_above_the_cap(d, 
 
 
 def test_small_budget_or_small_size_gives_few_coarse_grids_that_all_keep_cells():
-    # Issue 13: at eps 0.1 on 166 features, 83 grids and k = 830 left 11 grids empty.
+    # The first rule: at eps 0.1 on 166 features, 83 grids and k = 830 left 11 grids empty.
     # Every grid's average cell count is at least one noise scale: none is left empty.
     X = np.random.default_rng(5).normal(0.5, 0.1, (3000, 166))
     m = _fit(X, 0.1, 6)

@@ -1,4 +1,4 @@
-"""Normal traffic's parts (issue 28): each daily baseline also releases how the flagged
+"""Normal traffic's parts (docs/report.md): each daily baseline also releases how the flagged
 weight spreads over the report's parts, and pays for it."""
 
 from __future__ import annotations

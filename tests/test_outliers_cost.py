@@ -1,4 +1,4 @@
-"""The cheaper computation of the smooth bound (issue 11, release cost) against brute force.
+"""The cheaper computation of the smooth bound (docs/privacy-count.md, Lemma 4) against brute force.
 
 The bound's F is unchanged (degeneracy + 1 of the 2r edge graph, docs/privacy-count.md);
 what changed is how it is found: one pair search (split into two column halves from

@@ -1,4 +1,4 @@
-"""Float-level privacy of the count releases (issue 9, DESIGN 8).
+"""Float-level privacy of the count releases (docs/design.md#floating-point, docs/privacy-count.md).
 
 A mechanism is private only as implemented: the releases of a window must be values the
 neighbouring window can release too, and the smooth bound must be beta-smooth as
@@ -18,7 +18,7 @@ from monitor.dp.noise import T_RELATIVE_ERROR
 from monitor.outliers import count_outliers, private_count
 from monitor.outliers.mechanisms import OUTPUT_RANGE, _smooth_params, _t_split, student_t_float_loss
 
-# The settings of issue 9's report (the window release defaults before the alarm): k=5,
+# The settings of the float-safety review (the window release defaults before the alarm): k=5,
 # r=0.1, epsilon 0.8, delta 1e-9, where auto picks Student's t.
 ISSUE9 = ReportSettings(epsilon_count=0.8, delta_count=1e-9, k=5, radius=0.1)
 
@@ -102,7 +102,7 @@ def test_t_sampler_error_is_within_the_bound_the_proof_uses(monkeypatch):
         assert abs(mpmath.mpf(got) - exact) <= T_RELATIVE_ERROR * abs(exact) + mpmath.mpf(2) ** -1070, z
 
 
-# -- the smooth bound in floats (issue 9 item 2) ----------------------------------------------
+# -- the smooth bound in floats (docs/privacy-count.md, Lemmas 1 and 3) -----------------------
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

@@ -62,7 +62,7 @@ def test_each_mechanism_is_centred_with_the_documented_spread(window, mechanism,
 def test_paper_gaussian_is_much_noisier_than_laplace_smooth():
     beta_l, div_l = _smooth_params("laplace", 1.0, 0.01)
     beta_g, div_g = _smooth_params("gaussian", 1.0, 0.01)
-    # DESIGN 3.3 numbers at eps = 1, delta = 0.01: 2.83 S vs 16.3 S.
+    # Noise per unit of S at eps = 1, delta = 0.01: smooth Laplace 2.83, the paper's Gaussian 16.3.
     assert math.sqrt(2) / div_l == pytest.approx(2.83, abs=0.01)
     assert 1.0 / div_g == pytest.approx(16.3, abs=0.1)
     assert beta_l == pytest.approx(0.094, abs=0.001) and beta_g == pytest.approx(0.040, abs=0.001)

@@ -83,7 +83,7 @@ def test_bound_dominates_local_sensitivity_found_by_exhaustive_search():
 
 def test_bound_equals_paper_algorithm_in_1d_and_bounds_it_in_2d():
     # 1-D: the exact clique number. 2-D: degeneracy + 1 (the exact angular sweep was not
-    # 1-Lipschitz in floats, issue 9), an upper bound that is rarely loose on small windows.
+    # 1-Lipschitz in floats: docs/privacy-count.md), an upper bound that is rarely loose on small windows.
     checked, ratios = 0, []
     for X, k, r, beta in _small_windows(2, 50, dims=(1, 2)):
         ours, paper = smooth_sensitivity(X, k, r, beta), smooth_oracle(X, k, r, beta)

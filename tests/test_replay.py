@@ -128,7 +128,7 @@ def test_epoch_milliseconds_for_start_get_a_hint(workdir):
 
 
 def test_replay_over_windows_the_ledger_holds_as_suppressed_does_not_crash(workdir, records):
-    """Issue 29.1: after a restart a ledger holds a `catch_up` span (no payload); replaying over it crashed."""
+    """After a restart a ledger holds a `catch_up` span (no payload); replaying over it crashed."""
     ledger = workdir / "restarted.sqlite"
     with WindowLedger(ledger) as led:
         led.record_suppressed(FIRST + 2 * WINDOW, FIRST + 6 * WINDOW, reason="catch_up")
@@ -142,7 +142,7 @@ def test_replay_over_windows_the_ledger_holds_as_suppressed_does_not_crash(workd
 
 
 def test_replay_refuses_a_ledger_a_running_monitor_holds(workdir):
-    """Issue 25.5: replay into a live ledger spent that monitor's budget without a word."""
+    """Replay into a live ledger spent that monitor's budget without a word."""
     from monitor.lockfile import LedgerLock
 
     ledger = workdir / "live.sqlite"

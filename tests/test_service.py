@@ -150,7 +150,7 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
         assert alert.timestamp == int(round(r["released_at"] * 1000))
         for field in ("outlier_count", "flagged_count", "event_count"):
             if field == "outlier_count" and report[field] is None:
-                continue  # the seed's outlier count is off by default (issue 28)
+                continue  # the seed's outlier count is off by default (docs/report.md)
             # No true value, no sensitivity; a 95 % interval only where the noise scale is public.
             assert set(report[field]) == {"value", "epsilon", "delta", "mechanism", "accuracy"}
 

@@ -170,7 +170,7 @@ def test_monitor_simulate_produces_the_requested_events(kafka_bootstrap, tmp_pat
     assert len({e["device_id"] for e in good}) == 200
 
 
-# --- issue 26: the user's own rows, and anomalies that look like real ones -----------
+# --- the user's own rows, and anomalies that look like real ones ---------------------
 
 
 def _rows_run(plan: SimulationPlan, normal, anomalous, features, seed: int = 4):

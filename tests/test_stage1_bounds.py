@@ -1,4 +1,4 @@
-"""Stage 1 bounds each person's work before the costly steps (issue 25, item 4).
+"""Stage 1 bounds each person's work before the costly steps (docs/scaling.md).
 
 No broker: ``Stage1._parse_values`` and ``WindowStore.select`` on their own.
 """

@@ -1,4 +1,4 @@
-"""Stage 2 waits past the grace for every partition that announced a window (issue 25.4).
+"""Stage 2 waits past the grace for every partition that announced a window (docs/scaling.md).
 
 No broker: a Stage2 over stub clients, fed shard chunks and markers as the internal topic
 would deliver them.

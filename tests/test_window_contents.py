@@ -1,4 +1,4 @@
-"""What a window holds does not depend on processing speed (issue 25, item 4).
+"""What a window holds does not depend on processing speed (docs/design.md#two-stages).
 
 The same topic contents, produced on the same schedule relative to the window
 boundaries, are processed once by a stage 1 that keeps up and once by a stage 1 whose
