@@ -90,11 +90,12 @@ def test_failed_draw_records_nothing(ledger: WindowLedger) -> None:
 
 
 def test_pld_admits_strictly_more_than_basic_on_infra_example(tmp_path: Path) -> None:
-    # INFRA.md: events of (0.1, 1e-8) under (4, 1e-5): 40 by basic composition, 88 by PLD.
+    # INFRA.md: events of (0.1, 1e-8) under (4, 1e-5): 40 by basic composition, 88 by PLD
+    # (windows of a cost fixed by the calendar: the only charges PLD composes).
     counts = {}
     for kind in ("basic", "pld"):
         with WindowLedger(tmp_path / f"{kind}.sqlite") as led:
-            acc = BudgetAccountant(led, epsilon=4.0, delta=1e-5, period_seconds=1e9, accountant=kind)
+            acc = BudgetAccountant(led, epsilon=4.0, delta=1e-5, period_seconds=1e9, accountant=kind, fixed_schedule=True)
             counts[kind] = _run(acc, 100, cost=(0.1, 1e-8)).count("R")
             assert acc.spent(100 * WINDOW)[0] <= 4.0
     assert counts["basic"] == 40
@@ -106,7 +107,7 @@ def test_pld_never_admits_fewer_than_basic(tmp_path: Path, cost, limit) -> None:
     counts = {}
     for kind in ("basic", "pld"):
         with WindowLedger(tmp_path / f"{kind}.sqlite") as led:
-            acc = BudgetAccountant(led, *limit, period_seconds=1e9, accountant=kind)
+            acc = BudgetAccountant(led, *limit, period_seconds=1e9, accountant=kind, fixed_schedule=True)
             counts[kind] = _run(acc, 40, cost=cost).count("R")
     assert counts["pld"] >= counts["basic"]
     if cost[1] > 0 and limit[1] == 0:

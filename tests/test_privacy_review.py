@@ -259,9 +259,9 @@ def test_the_ledger_stores_scheduled_times_not_the_wall_clock(tmp_path, vitals_m
     assert charges and all(rec == start for start, rec in charges)
 
 
-# -- 6. the alarm's charges compose by basic composition, whatever the accountant ----------
+# -- 6. adaptive charges (alarm, baselines, reports) compose by basic composition, whatever the accountant
 
-def test_pld_composes_the_windows_but_adds_the_alarm_charges(tmp_path):
+def test_pld_adds_every_adaptive_charge_and_composes_only_fixed_windows(tmp_path):
     ledger = WindowLedger(tmp_path / "l.sqlite")
     acc = BudgetAccountant(ledger, epsilon=4.0, delta=1e-5, period_seconds=86400, accountant="pld")
     for i in range(30):  # an alarm run's pages: charged from its outputs, inside one run
@@ -273,13 +273,18 @@ def test_pld_composes_the_windows_but_adds_the_alarm_charges(tmp_path):
         ledger.add_charge("alarm_page", 0.0, 3600.0, 0.1, 0.0)
     assert not acc.fits_span(0.0, 3600.0, (0.1, 0.0), "alarm_page")
     assert not acc.decide(3300.0, 3600.0, (0.1, 0.0), "alarm_run").released
-    # Windows (reports, fixed costs) still compose by PLD on top of the alarm's sum: 88
-    # windows of (0.1, 1e-8) cost 3.99 by PLD, 8.8 by basic composition.
+    # Reports (window rows) are adaptive too (a report exists after a page, or if the budget
+    # the pages left admits it): they add up as well, 40 of 0.1 on top of the run's 1.0.
     acc2 = BudgetAccountant(WindowLedger(tmp_path / "m.sqlite"), epsilon=5.0, delta=1e-5, period_seconds=86400, accountant="pld")
     acc2.ledger.add_charge("alarm_run", 0.0, 86400.0, 1.0, 0.0)
+    assert sum(acc2.release(i * 60.0, i * 60.0 + 60, (0.1, 1e-8), lambda d: "{}").entry.released for i in range(88)) == 40
+    assert acc2.spent(88 * 60.0)[0] == pytest.approx(5.0)
+    # Only windows of a cost fixed by the calendar compose by PLD: 88 of (0.1, 1e-8) cost 3.99.
+    acc3 = BudgetAccountant(WindowLedger(tmp_path / "f.sqlite"), epsilon=4.0, delta=1e-5, period_seconds=86400, accountant="pld",
+                            fixed_schedule=True)
     for i in range(88):
-        assert acc2.release(i * 60.0, i * 60.0 + 60, (0.1, 1e-8), lambda d: "{}").entry.released
-    assert acc2.spent(88 * 60.0)[0] == pytest.approx(1.0 + 3.991, abs=0.01)
+        assert acc3.release(i * 60.0, i * 60.0 + 60, (0.1, 1e-8), lambda d: "{}").entry.released
+    assert acc3.spent(88 * 60.0)[0] == pytest.approx(3.991, abs=0.01)
 
 
 # -- 8. a cap over the ledger's whole history ------------------------------------------------

@@ -7,6 +7,14 @@ the alarm's published answers, never at the data directly (DESIGN 4 and 7).
 Guarantee. For every interval (t - period, t], the windows released with their end in
 it compose (basic sums, or PLD) to within (epsilon, delta) per privacy unit.
 
+Which charges PLD may compose. PLD composition is proven for a sequence of mechanisms
+whose privacy parameters are fixed in advance; a charge whose existence (or span, or cost)
+depends on earlier released answers makes the sequence adaptively stopped, which needs a
+privacy-filter theorem, and none is proven for PLD. Basic composition is a valid filter
+(Rogers, Roth, Ullman, Vadhan 2016). Every charge the stream makes is of that adaptive
+sort (``BASIC_KINDS``), so under ``pld`` they add up exactly as under ``basic``; PLD
+composes only fixed-cost windows on a calendar (``fixed_schedule=True``).
+
 Why checking the trailing interval is enough. The set of windows ending in an interval
 only grows when a window is added, and composition is monotone (a subset of the events
 never costs more). Adding window W (end e_W) changes only the intervals that contain
@@ -41,10 +49,13 @@ from monitor.budget.ledger import LedgerEntry, WindowLedger
 
 __all__ = ["BudgetAccountant", "Decision", "ReleaseOutcome", "BASIC_KINDS"]
 
-# Span charges composed by basic composition whatever the accountant: an alarm run is not
-# a composition of independent mechanisms, and its pages are charged as its outputs come
-# (see composition.spend).
-BASIC_KINDS = ("alarm_run", "alarm_page")
+# Charges composed by basic composition whatever the accountant: whether each is made
+# depends on earlier released answers, so no PLD theorem covers them (see composition.spend).
+# An alarm run and its pages are charged as its outputs come; a report exists only after a
+# page, or, when scheduled, only if the budget those pages left still admits it; a
+# baseline exists only if that budget admits it, and its span and cost follow the
+# estimates released before it (a repeated warm-up). "report" is the window row's kind.
+BASIC_KINDS = ("alarm_run", "alarm_page", "baseline", "report")
 
 
 def _plus_one(counts: dict[Cost, int], cost: Cost) -> dict[Cost, int]:
@@ -57,7 +68,8 @@ class Decision:
 
     ``epsilon_spent`` / ``delta_spent`` cover the released windows ending in
     (window_end - period, window_end], this one included if it is released. With the
-    PLD accountant the spend is (epsilon at delta_limit, delta_limit).
+    PLD accountant and a ``fixed_schedule`` the spend is (epsilon at delta_limit,
+    delta_limit); otherwise it is the sums.
     """
 
     released: bool
@@ -112,8 +124,16 @@ class BudgetAccountant:
     """Per-privacy-unit (epsilon, delta) budget over a rolling period, kept in a WindowLedger.
 
     ``accountant="basic"`` sums epsilons and deltas; ``"pld"`` composes privacy-loss
-    distributions (dp-accounting) and admits more windows for the same guarantee, except
-    for the alarm's charges (``BASIC_KINDS``), which it adds.
+    distributions (dp-accounting), which admits more charges for the same guarantee, but
+    only for charges whose existence and cost are fixed by the calendar: every charge of
+    ``BASIC_KINDS`` (all the stream's: alarm runs, pages, baselines, reports) is added by
+    basic composition under either accountant, so for the stream ``"pld"`` spends and
+    admits exactly what ``"basic"`` does.
+
+    ``fixed_schedule``: the window rows are a fixed cost per scheduled window, decided by
+    the calendar alone (``release`` with one cost, no span charge in the ledger); only
+    then does ``"pld"`` compose them. False (the default): a window row is a report and
+    adds like the other adaptive charges.
 
     ``lifetime_epsilon``: an optional cap on the sum of every epsilon the ledger ever
     charged. The rolling period alone bounds what one period reveals; a person present
@@ -124,7 +144,7 @@ class BudgetAccountant:
 
     def __init__(
         self, ledger: WindowLedger, epsilon: float, delta: float, period_seconds: float, accountant: AccountantKind = "basic",
-        lifetime_epsilon: float | None = None,
+        lifetime_epsilon: float | None = None, fixed_schedule: bool = False,
     ) -> None:
         if not (epsilon > 0 and math.isfinite(epsilon)):
             raise ValueError(f"epsilon must be positive and finite, got {epsilon}")
@@ -142,6 +162,24 @@ class BudgetAccountant:
         if lifetime_epsilon is not None and not (lifetime_epsilon > 0 and math.isfinite(lifetime_epsilon)):
             raise ValueError(f"lifetime_epsilon must be positive and finite, got {lifetime_epsilon}")
         self.lifetime_epsilon = None if lifetime_epsilon is None else float(lifetime_epsilon)
+        self.fixed_schedule = bool(fixed_schedule)
+
+    def _apart(self, kind: str) -> bool:
+        """Does a charge of ``kind`` add by basic composition (rather than by the accountant's)?"""
+        return kind in BASIC_KINDS or (kind == "window" and not self.fixed_schedule)
+
+    def _held(self, after: float, upto: float) -> tuple[dict[Cost, int], dict[Cost, int]]:
+        """(charges the accountant composes, charges it adds) touching (after, upto]."""
+        counts, apart = self.ledger.split_charge_counts(after, upto, BASIC_KINDS)
+        if not self.fixed_schedule:
+            for cost, n in counts.items():
+                apart[cost] = apart.get(cost, 0) + n
+            return {}, apart
+        if apart and self.accountant == "pld":
+            # A window's release would then depend on adaptive charges: PLD would compose an
+            # adaptively stopped sequence, which no theorem here covers.
+            raise ValueError("fixed_schedule is for ledgers of fixed-cost windows only; this one holds adaptive span charges")
+        return counts, apart
 
     @classmethod
     def from_settings(cls, ledger: WindowLedger, budget) -> "BudgetAccountant":
@@ -155,19 +193,22 @@ class BudgetAccountant:
         """May the window [window_start, window_end) costing ``cost`` be released?
 
         ``kind``: what the cost pays for; one of ``BASIC_KINDS`` composes by basic
-        composition (as it will once it is in the ledger). Looks only at window times and
-        the ledger. Does not record anything.
+        composition (as it will once it is in the ledger), and so does ``"window"`` (the
+        window's row) unless ``fixed_schedule``. Looks only at window times and the ledger.
+        Does not record anything.
         """
         cost = (float(cost[0]), float(cost[1]))
         period = self.period_seconds
         lim = (self.accountant, self.epsilon, self.delta)
-        basic_new = kind in BASIC_KINDS
+        basic_new = self._apart(kind)
+        if basic_new and self.fixed_schedule and self.accountant == "pld":
+            raise ValueError(f"fixed_schedule is for ledgers of fixed-cost windows only, not for {kind!r} charges")
 
         def with_cost(counts: dict[Cost, int], basic: dict[Cost, int]) -> tuple[dict[Cost, int], dict[Cost, int]]:
             return (counts, _plus_one(basic, cost)) if basic_new else (_plus_one(counts, cost), basic)
 
         def held(end: float) -> tuple[dict[Cost, int], dict[Cost, int]]:
-            return self.ledger.split_charge_counts(end - period, end, BASIC_KINDS)
+            return self._held(end - period, end)
 
         in_period, basic = held(window_end)
         counts_now, basic_now = with_cost(in_period, basic)
@@ -215,9 +256,10 @@ class BudgetAccountant:
         period = self.period_seconds
         lo = math.nextafter(span_start, math.inf)  # the first period end the new charge touches
         # (enters at, leaves when t - period reaches, (cost, composed apart)): a window counts for t in [end, end + period).
-        held = [(c.window_end, c.window_end, ((c.epsilon, c.delta), False))
+        windows_apart = self._apart("window")
+        held = [(c.window_end, c.window_end, ((c.epsilon, c.delta), windows_apart))
                 for c in self.ledger.charges(span_start - period, window_end, paid_only=True)]
-        held += [(math.nextafter(s, math.inf), e, ((eps, d), k in BASIC_KINDS))
+        held += [(math.nextafter(s, math.inf), e, ((eps, d), self._apart(k)))
                  for _, k, s, e, eps, d in self.ledger.span_charges(after=span_start - period)
                  if s < window_end and (eps > 0 or d > 0)]
         ends = np.array(sorted({window_end} | {max(enter, lo) for enter, _, _ in held if enter <= window_end}))
@@ -232,7 +274,9 @@ class BudgetAccountant:
             enter = np.sort([e for e, _, cc in held if cc == c])
             leave = np.sort([x for _, x, cc in held if cc == c])
             counts[:, j] = np.searchsorted(enter, ends, side="right") - np.searchsorted(leave, ends - period, side="right")
-        new = (cost, kind in BASIC_KINDS)
+        new = (cost, self._apart(kind))
+        if self.fixed_schedule and self.accountant == "pld" and (new[1] or any(apart for _, _, (_, apart) in held)):
+            raise ValueError("fixed_schedule is for ledgers of fixed-cost windows only, without adaptive span charges")
         for row in np.unique(counts, axis=0):  # periods holding the same charges compose alike (PLD is slow)
             held_now = {c: int(m) for c, m in zip(costs, row) if m}
             held_now[new] = held_now.get(new, 0) + 1
@@ -272,7 +316,7 @@ class BudgetAccountant:
 
     def spent(self, at: float) -> tuple[float, float]:
         """(epsilon, delta) spent by the charges touching (at - period, at]."""
-        counts, basic = self.ledger.split_charge_counts(at - self.period_seconds, at, BASIC_KINDS)
+        counts, basic = self._held(at - self.period_seconds, at)
         return spend(counts, self.accountant, self.delta, basic)
 
     def remaining(self, at: float) -> float:

@@ -204,7 +204,7 @@ def _render_plan(console, plan: dict[str, Any]) -> None:
     if plan["advice"]:
         console.print(f"  {plan['advice']}.")
     if "delta_note" in plan:
-        console.print(f"  Delta: {plan['delta_note']}")
+        console.print(f"  PLD: {plan['delta_note']}.")
     if plan.get("visibility"):
         # One unbroken line, so that `monitor budget | grep` finds it whole.
         console.print(f"[bold]What the alarm can see[/]: {plan['visibility']['summary']}.", soft_wrap=True)
@@ -234,8 +234,7 @@ def _render(report: dict[str, Any]) -> None:
         summary.add_row("epsilon since the ledger began (per person, at most)",
                         f"{life['epsilon_spent']:.4g}" + (f" / lifetime limit {life['epsilon_limit']:g}" if life["epsilon_limit"]
                                                           else " (no budget.lifetime_epsilon cap)"))
-        summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}"
-                        + (" (fixed target, see below)" if s["accountant"] == "pld" and s["delta_spent"] else ""))
+        summary.add_row("delta spent / limit", f"{s['delta_spent']:.3g} / {s['delta_limit']:.3g}")
         c = s["costs"]
         summary.add_row("one alarm run / page / baseline / report costs",
                         f"epsilon {c['alarm_run']['epsilon']:g} / {c['alarm_page']['epsilon']:g} / {c['baseline']['epsilon']:g} "

@@ -94,10 +94,11 @@ def spend(costs: Mapping[Cost, int], accountant: AccountantKind, delta_limit: fl
     """What ``costs`` add up to: (sum eps, sum delta) for basic, (eps at delta_limit, delta_limit) for PLD.
 
     ``basic``: costs added by basic composition whatever the accountant, on top of what
-    ``costs`` compose to. For charges chosen from released outputs inside one mechanism's
-    run (an alarm run's threshold and pages): PLD composition is proven for mechanisms
-    fixed in advance, and no PLD privacy-filter theorem covers such charges, while basic
-    composition is a valid filter (Rogers, Roth, Ullman, Vadhan 2016).
+    ``costs`` compose to. For adaptively triggered charges, whose existence depends on
+    earlier released outputs (an alarm run's threshold and pages, a report after a page,
+    anything the budget left by pages admits or refuses): PLD composition is proven for
+    mechanisms fixed in advance, and no PLD privacy-filter theorem covers such charges,
+    while basic composition is a valid filter (Rogers, Roth, Ullman, Vadhan 2016).
     """
     b_eps, b_delta = basic_spend(basic or {})
     if not any(n > 0 for n in costs.values()):

@@ -26,6 +26,7 @@ baseline the ledger's last record released (DP); never the events.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import math
@@ -37,10 +38,11 @@ __all__ = ["BudgetPlan", "iso", "duration", "plan_from_config", "PLD_DELTA_NOTE"
            "VISIBILITY_TRAFFIC"]
 
 PLD_DELTA_NOTE = (
-    "under the pld accountant delta is not consumed charge by charge: the whole period is held to "
-    "budget.delta from the first charge on (so 'delta spent' equals the limit at once), and epsilon "
-    "spent is the smallest epsilon for which all the period's charges together are (epsilon, budget.delta)-DP. "
-    "It is epsilon that runs out."
+    "under the pld accountant the stream spends exactly what basic composition would: every charge it makes "
+    "(alarm runs and pages, baselines, reports) is adaptively triggered, its existence depending on earlier "
+    "released answers (a report follows a page; a baseline or a scheduled report is made only if the budget the "
+    "pages left admits it), and no PLD privacy-filter theorem covers such charges, so they add up by basic "
+    "composition: epsilon and delta spent are sums (docs/budget.md)"
 )
 
 # Traffic levels (events per window) stated before any baseline has been released.
@@ -100,16 +102,19 @@ class BudgetPlan:
         return min(pages + 1, self.runs_per_period)
 
     def _charges(self, pages: int) -> tuple[dict[Cost, int], dict[Cost, int]]:
-        """(charges the accountant composes, the alarm's charges it adds: see BASIC_KINDS)."""
-        composed: dict[Cost, int] = {}
+        """(charges the accountant composes, charges it adds: see BASIC_KINDS).
+
+        Every charge of the stream is adaptively triggered, so all are added, under
+        either accountant; the first mapping stays empty (PLD composes only fixed-cost
+        windows on a calendar, which the stream never makes)."""
         added: dict[Cost, int] = {}
-        for cost, n, into in ((self.threshold_cost, self.runs(pages) if self.alarm_enabled else 0, added),
-                              (self.page_cost, pages if self.alarm_enabled else 0, added),
-                              (self.baseline_cost, self.baselines_per_period if self.alarm_enabled else 0, composed),
-                              (self.report_cost, self.scheduled_reports_per_period + (pages if self.report_on_page else 0), composed)):
+        for cost, n in ((self.threshold_cost, self.runs(pages) if self.alarm_enabled else 0),
+                        (self.page_cost, pages if self.alarm_enabled else 0),
+                        (self.baseline_cost, self.baselines_per_period if self.alarm_enabled else 0),
+                        (self.report_cost, self.scheduled_reports_per_period + (pages if self.report_on_page else 0))):
             if n:
-                into[cost] = into.get(cost, 0) + n
-        return composed, added
+                added[cost] = added.get(cost, 0) + n
+        return {}, added
 
     def _fits(self, pages: int) -> bool:
         composed, added = self._charges(pages)
@@ -241,6 +246,9 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
         except MonitorError as err:
             out["summary"] = f"unknown: {err}"
             return out
+    sight = _sight(model, *alarm_levels(model, a))
+    out["sight"] = None if sight is None else sight.as_dict()
+    out["blind"] = bool(sight is not None and sight.blind)
     baseline = (record or {}).get("baseline_in_use")
     if baseline:
         problem = baseline_problem(float(baseline["rate"]), float(baseline["events_per_window"]))
@@ -250,23 +258,62 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
         v = alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]), float(baseline["events_per_window"]),
                              float(baseline.get("rate_error", 0.0)),
                              baseline.get("kappa") or normal_weight_kappa(model, t_lo, t_hi))  # the traffic's own, if released
+        v = _seen(v, sight)
         out["source"] = "baseline"
         out["at"] = [_visibility_dict(v)]
-        out["summary"] = (f"at the current traffic ({v.events_per_window:,.0f} events per window, from the baseline in use), "
-                          f"a surge of {_share(v.smallest_surge_share)} of the people online pages within one window 95 % of "
+        out["summary"] = _sight_note(sight) + (f"at the current traffic ({v.events_per_window:,.0f} events per window, from the baseline in use), "
+                          f"a surge of {_share(v.smallest_surge_share)} of the people online{_flagged(sight)} pages within one window 95 % of "
                           f"the time; its threshold ({v.threshold:.4g} excess events) implies "
                           f"{v.false_pages_per_30_days:.2g} false pages per 30 days ({rule})")
         return out
-    vs = [visibility_for(config, model, n) for n in VISIBILITY_TRAFFIC]
+    vs = [_seen(visibility_for(config, model, n), sight) for n in VISIBILITY_TRAFFIC]
     out["source"] = "traffic"
     out["at"] = [_visibility_dict(v) for v in vs]
     head = (f"the baseline in use cannot be used ({out['baseline_problem']}); until one can, "
             if out["baseline_problem"] else "before the first baseline, ")
-    out["summary"] = (head + "at " + " / ".join(f"{v.events_per_window:,.0f}" for v in vs) + " events per window, a surge of "
-                      + " / ".join(_share(v.smallest_surge_share) for v in vs) + " of the people online pages within one "
+    out["summary"] = (_sight_note(sight) + head + "at " + " / ".join(f"{v.events_per_window:,.0f}" for v in vs)
+                      + " events per window, a surge of " + " / ".join(_share(v.smallest_surge_share) for v in vs)
+                      + f" of the people online{_flagged(sight)} pages within one "
                       "window 95 % of the time; the thresholds imply "
                       + " / ".join(f"{v.false_pages_per_30_days:.2g}" for v in vs) + f" false pages per 30 days ({rule})")
     return out
+
+
+def _sight(model, t_lo: float, t_hi: float):
+    """The model's probe at the alarm's levels (``monitor.model.sight``), None for an object
+    that is not a fitted GridKNN."""
+    from monitor.model.sight import model_sight
+
+    try:
+        return model_sight(model, t_lo, t_hi)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _seen(v, sight):
+    """A visibility for surge events as the model weighs them: an event pushed outside the
+    reference bulk brings ``sight`` of excess, not the 1 - rate of an event weighing fully."""
+    if sight is None:
+        return v
+    excess = max(1.0 - v.rate, 1e-9)
+    share = 1.0 if sight.sight <= 0 else min(1.0, v.smallest_surge_share * excess / min(sight.sight, excess))
+    return dataclasses.replace(v, smallest_surge_share=share)
+
+
+def _flagged(sight) -> str:
+    return "" if sight is None else f", at the weight the model gives events far outside its reference data ({sight.sight:.2f} each),"
+
+
+def _sight_note(sight) -> str:
+    """The warning that leads the sentence when the model flags almost nothing."""
+    if sight is None or not sight.blind:
+        return ""
+    enough = sight.advice()
+    return ("THE MODEL IS NEARLY BLIND: events far outside its reference data weigh only "
+            f"{sight.sight:.2f} more than normal ones at the alarm's levels ({100 * sight.flagged_share:.0f} % weigh fully), "
+            "so it flags almost nothing and a surge of them will hardly page"
+            + (f" (refit on {enough}" if enough else " (refit with more reference rows or a larger model.epsilon")
+            + "; `monitor score --input` on known anomalies checks it); ")
 
 
 def _visibility_dict(v) -> dict:
