@@ -367,3 +367,57 @@ def test_sigterm_while_the_broker_is_gone_exits_within_the_stop_grace(workdir, f
     assert code in (0, 143) and "Traceback" not in text, text[-2000:]
     if code == 143:
         assert "exiting now. Nothing is lost" in text
+
+
+# ---------------------------------------------------------------- a model that cannot see
+
+
+def vitals_workdir(tmp_path: Path, rows: int | None) -> Path:
+    """The repository's config.yaml (5 vital-sign features) with free ports, and a reference
+    file of the bundled vital signs' first ``rows`` rows (all of them for None)."""
+    data = yaml.safe_load((REPO / "config.yaml").read_text())
+    data["metrics"].update(port=0, operational_port=0)
+    data["budget"]["reference_epsilon"] = 100.0
+    data["stream"]["embedded_broker_port"] = closed_port()
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    lines = (REPO / "monitor" / "data" / "reference-vitals.csv").read_text().splitlines()
+    (tmp_path / "normal.csv").write_text("\n".join(lines if rows is None else lines[: rows + 1]) + "\n")
+    return tmp_path
+
+
+def test_a_model_fitted_on_a_few_hundred_rows_is_reported_blind_at_fit_in_budget_and_at_start(tmp_path):
+    work = vitals_workdir(tmp_path, 357)
+    fit = monitor("fit", "--reference", "normal.csv", "--seed", "1", cwd=work)
+    assert fit.returncode == 0, fit.stderr
+    warning = " ".join(line for line in fit.stderr.splitlines() if "nearly blind" in line)
+    assert "357 reference rows" in warning and "a surge of such events will hardly page" in warning, fit.stderr
+    assert re.search(r"for 5 features, fit on about [\d,]+ reference rows or with model.epsilon about", warning), warning
+    assert "monitor score --input" in warning
+
+    budget = " ".join(monitor("budget", cwd=work).stdout.split())
+    assert "THE MODEL IS NEARLY BLIND" in budget and "flags almost nothing" in budget, budget
+    vis = json.loads(monitor("budget", "--json", cwd=work).stdout)["plan"]["visibility"]
+    assert vis["blind"] is True and vis["sight"]["sight"] < 0.5, vis
+
+    log = work / "run.log"
+    proc = start_monitor("run", cwd=work, log=log)
+    try:
+        wait_for(lambda: "what the alarm can see:" in log.read_text() or proc.poll() is not None, 60, "the start-up plan")
+    finally:
+        stop(proc)
+    line = next(ln for ln in log.read_text().splitlines() if "what the alarm can see:" in ln)
+    assert " WARNING " in line and "THE MODEL IS NEARLY BLIND" in line, line
+
+
+def test_a_model_fitted_on_the_bundled_reference_is_not_reported_blind(tmp_path):
+    work = vitals_workdir(tmp_path, None)
+    fit = monitor("fit", "--reference", "normal.csv", "--seed", "1", cwd=work)
+    assert fit.returncode == 0, fit.stderr
+    assert "blind" not in fit.stderr and "sight: the model can flag" in fit.stdout, (fit.stdout, fit.stderr)
+    budget = " ".join(monitor("budget", cwd=work).stdout.split())
+    assert "BLIND" not in budget and "pages within one window 95 % of the time" in budget, budget
+    # the check the five steps name: known far-off events are flagged
+    (work / "far.csv").write_text("heart_rate,spo2,skin_temp,resp_rate,activity\n"
+                                  + "\n".join(f"{80 + i % 10},97,34.0,{34 + i % 5},1.0" for i in range(50)) + "\n")
+    score = monitor("score", "--input", "far.csv", cwd=work)
+    assert score.returncode == 0 and re.search(r"flagged \(score > [\d.]+\): (4\d|50) ", score.stdout), score.stdout

@@ -131,6 +131,44 @@ def _report_calibration(model, rates) -> None:
                   f"rows, a larger model.calibration_share or a larger model.epsilon", file=sys.stderr)
 
 
+def _levels(model, cfg) -> tuple[tuple[float, float], str] | None:
+    """The score levels that flag: the alarm's (when it is on), else the model's threshold."""
+    from monitor.alarm.calibrate import alarm_levels
+
+    a = getattr(cfg, "alarm", None)
+    if a is not None and a.enabled:
+        graded = f", alarm.contamination_graded {a.contamination_graded:g}" if a.contamination_graded else ""
+        return alarm_levels(model, a), f"the alarm's levels (alarm.contamination {a.contamination:g}{graded})"
+    if model.threshold_ is None:
+        return None
+    return (model.threshold_, model.threshold_), f"the model's threshold {model.threshold_:.4g}"
+
+
+def _report_sight(model, cfg, n_rows: int) -> None:
+    """Say whether the model can flag anything (``monitor.model.sight``: a probe of the
+    released model with public randomness, never the reference rows)."""
+    from monitor.model.sight import model_sight
+
+    levels = _levels(model, cfg)
+    if levels is None:
+        return
+    (t_lo, t_hi), which = levels
+    s = model_sight(model, t_lo, t_hi)
+    probe = (f"events pushed far outside the bulk of its reference data (one feature at a time, a tenth of its public "
+             f"range beyond its 1-99 % range) weigh {s.sight:.2f} more than normal ones on average at {which}, and "
+             f"{100 * s.flagged_share:.0f} % of them weigh fully")
+    check = "check it with `monitor score --input` on events you know are anomalies (docs/model.md)"
+    if not s.blind:
+        print(f"sight: the model can flag: {probe}; {check}")
+        return
+    enough = s.advice()
+    todo = (f"for {len(cfg.feature_names)} features, fit on {enough}" if enough else
+            "raise alarm.contamination (a lower upper level) or refit with more reference rows or a larger model.epsilon")
+    print(f"warning: the model is nearly blind (it flags almost none of the events it should): with {n_rows} reference rows at model.epsilon="
+          f"{model.epsilon:g}, {probe}: a surge of such events will hardly page, whatever `monitor budget` says of "
+          f"the threshold. Next step: {todo}; {check}", file=sys.stderr)
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from monitor.config import load_config
     from monitor.model.estimator import GridKNN
@@ -166,6 +204,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if alarm_c is not None and alarm_c != ms.contamination:
         rates.append(("alarm.contamination", alarm_c))
     _report_calibration(model, rates)
+    _report_sight(model, cfg, X.shape[0])
     fits_left = int(left // ms.epsilon + 1e-9) if ms.epsilon > 0 else 0
     print(f"reference budget: spent {spent:.4g} of {cfg.budget.reference_epsilon:.4g} "
           f"(budget.reference_epsilon), {left:.4g} left: {fits_left} more fit(s) at model.epsilon={ms.epsilon:g}; "

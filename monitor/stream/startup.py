@@ -254,7 +254,7 @@ def announce_visibility(config, ledger) -> None:
     last = ledger.last_released()
     record = json.loads(last.payload) if last is not None and last.payload else None
     vis = visibility_report(config, record)
-    if vis["source"] is None and config.alarm.enabled:  # no model file: say it, the service's own check decides
+    if (vis["source"] is None or vis.get("blind")) and config.alarm.enabled:  # no model file, or a blind one: say it
         log.warning("what the alarm can see: %s", vis["summary"])
     else:
         log.info("what the alarm can see: %s", vis["summary"])
