@@ -5,8 +5,11 @@ other is also spending, and both would publish. The SQLite ledger itself tolerat
 second writer (it waits for the write lock), so the refusal has to come from here.
 
 The lock is ``flock`` on ``<ledger>.lock``: the kernel drops it when the process dies,
-even on SIGKILL, so a crash never leaves a stale lock behind. The file holds the owner's
-pid, only to name it in the message. Readers (``monitor budget``) take no lock.
+even on SIGKILL, so a crash never leaves a stale lock behind (a file may stay, unlocked and
+harmless). A clean release removes the file while still holding the lock; whoever opened
+it just before then locks a file that is no longer at the path, notices, and tries again,
+so two processes never both hold "the" lock. The file holds the owner's pid, only to name
+it in the message. Readers (``monitor budget``) take no lock.
 
 >>> import os, tempfile, pathlib
 >>> ledger = pathlib.Path(tempfile.mkdtemp()) / "monitor-ledger.sqlite"
@@ -16,6 +19,8 @@ pid, only to name it in the message. Readers (``monitor budget``) take no lock.
 ...     except LedgerInUse as err:
 ...         print("refused:", "in use by another monitor (pid %d)" % os.getpid() in str(err))
 refused: True
+>>> lock_path(ledger).exists()  # released: nothing left beside the ledger
+False
 """
 
 from __future__ import annotations
@@ -49,25 +54,42 @@ class LedgerLock:
 
     def acquire(self) -> "LedgerLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise LedgerInUse(
+                    f"ledger {self.ledger.resolve()} is in use by another monitor (pid {owner}): two monitors must never "
+                    f"share a privacy ledger. Stop that one, or give this one its own budget.ledger (and metrics.port)"
+                ) from None
+            if self._still_at_path(fd):
+                break
+            # The holder released (and removed the file) between our open and our flock:
+            # this lock is on a file no one else will ever open again.
             os.close(fd)
-            raise LedgerInUse(
-                f"ledger {self.ledger.resolve()} is in use by another monitor (pid {owner}): two monitors must never share "
-                f"a privacy ledger. Stop that one, or give this one its own budget.ledger (and metrics.port)"
-            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
         return self
 
+    def _still_at_path(self, fd: int) -> bool:
+        try:
+            at_path = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (at_path.st_dev, at_path.st_ino) == (held.st_dev, held.st_ino)
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
-            # The file stays: unlinking it would race with a process that just opened it.
+            # Removed before unlocking, so that no one can lock this file after us while
+            # another process creates and locks a new one at the same path.
+            if self._still_at_path(fd):
+                self.path.unlink(missing_ok=True)
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 

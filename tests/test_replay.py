@@ -1,16 +1,20 @@
 """`monitor replay` as a user runs it: a JSON-lines file in, one alert record per window out.
 
-Real processes (`monitor fit`, `monitor replay`), real files and real ledgers: the
-replay must page on a clustered surge, send a malformed line to the dead letters with
-its reason, draw each backtest afresh in a ledger of its own by default, charge a given
-ledger once however often the same range is replayed, refuse a ledger a running monitor
-holds, and never leave a partial output file.
+Real processes (`monitor fit`, `monitor replay`, `monitor alerts`), real files and real
+ledgers: the replay must page on a clustered surge, send a malformed line to the dead
+letters with its reason, charge one backtest ledger per input content that remembers (a
+window is drawn once, however often or under whatever name the data is replayed, and the
+lifetime cap holds across replays), charge a given ledger once however often the same
+range is replayed, list each page in its summary, refuse a ledger a running monitor holds,
+and leave neither a partial output file nor a lock file behind.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +24,7 @@ import pytest
 import yaml
 
 from monitor.budget import WindowLedger
+from monitor.budget.plan import iso
 from monitor.data.traffic import Surge, Traffic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,32 +97,125 @@ def test_replaying_the_same_range_into_a_given_ledger_charges_nothing_and_writes
         assert led.charge_counts(-1e12, 1e12) == before
 
 
-def test_a_backtest_gets_its_own_fresh_ledger_takes_iso_times_and_ends_with_a_summary(workdir, records):
-    """Issue 29.2: `--start 2023-11-14T22:14:10Z` is accepted and echoed as written; a re-run draws
-    afresh in OUTPUT.ledger.sqlite (the config's ledger untouched) and ends with a summary table."""
+def _backtest_ledger(workdir: Path, input_name: str) -> Path:
+    digest = hashlib.sha256((workdir / input_name).read_bytes()).hexdigest()[:16]
+    return workdir / "backtest-ledgers" / f"{Path(input_name).stem}-{digest}.sqlite"
+
+
+def _summary(res: subprocess.CompletedProcess) -> str:
+    return " ".join(res.stdout.split())
+
+
+def test_a_backtest_charges_the_inputs_own_ledger_which_remembers_and_lists_each_page(workdir, records):
+    """`--start 2023-11-14T22:14:10Z` is accepted and echoed as written; a backtest charges the
+    input's backtest ledger (the config's ledger untouched), its summary lists each page (time,
+    headline, epsilon) and what the ledger has spent, and a second run writes the stored
+    records byte for byte and charges nothing: no fresh noise to average."""
     config_ledger = workdir / "monitor-ledger.sqlite"
     mtime = config_ledger.stat().st_mtime_ns
+    ledger = _backtest_ledger(workdir, "events.jsonl")
     start, end = "2023-11-14T22:14:10Z", "2023-11-14T23:59:10+00:00"  # T0 and T0 + 21 windows
     res = _run(workdir, "bt.jsonl", start=start, end=end)
     assert res.returncode == 0, res.stderr
     assert "[2023-11-14T22:14:10Z, 2023-11-14T23:59:10Z)" in res.stderr and "e+09" not in res.stderr + res.stdout
-    assert "fresh backtest ledger" in res.stderr and "bt.jsonl.ledger.sqlite" in res.stderr
-    out = " ".join(res.stdout.split())
+    assert "the backtest ledger of this input" in res.stderr and str(ledger.relative_to(workdir)) in res.stderr
+    out = _summary(res)
     assert "outside [--start, --end)" in out and " 0 outside" in out, out
-    assert f"windows {WINDOWS} of 300 s, {WINDOWS} written" in out, out
-    assert "pages 1" in out or "pages 2" in out, out
-    assert "epsilon charged" in out and "detailed reports" in out and "bt.jsonl.ledger.sqlite" in out, out
+    assert f"windows {WINDOWS} of 300 s, {WINDOWS} written pages" in out, out
     first = [json.loads(x) for x in (workdir / "bt.jsonl").read_text().splitlines()]
     assert [r["window_start"] for r in first] == [r["window_start"] for r in records]
-    assert first != records  # drawn afresh, not the given ledger's stored records
+    assert first != records  # drawn in its own ledger, not the given ledger's stored records
     assert config_ledger.stat().st_mtime_ns == mtime
-    with WindowLedger(workdir / "bt.jsonl.ledger.sqlite") as led:
+    # each page: its time, its report's headline and what it cost
+    fired = [r for r in first if r["alarm_detail"]["state"] == "fired"]
+    assert fired and f"pages {len(fired)} " in out, out
+    for r in fired:
+        assert f"{iso(r['window_start'])} {r['report']['headline']} (epsilon {r['epsilon']:.3g})" in out, out
+    with WindowLedger(ledger) as led:
         assert len(led.entries()) == WINDOWS
+        total = led.total_epsilon()
     charged = float(out.split("epsilon charged ")[1].split()[0])
-    assert charged == pytest.approx(sum(r["epsilon"] for r in first), rel=1e-3)
-    # the same backtest again: a fresh ledger again, so drawn afresh, not "already in the ledger"
-    again = _replay(workdir, "bt.jsonl", start=start, end=end)
-    assert again != first and len(again) == WINDOWS
+    assert charged == pytest.approx(sum(r["epsilon"] for r in first), rel=1e-3) and total == pytest.approx(charged, rel=1e-3)
+    assert f"{total:.4g} since the ledger began (no cap" in out and str(ledger.relative_to(workdir)) in out, out
+    assert not list(workdir.rglob("*.lock")), list(workdir.rglob("*.lock"))  # no stray lock file
+
+    # the same backtest again: the stored records byte for byte, nothing charged
+    written = (workdir / "bt.jsonl").read_bytes()
+    again = _run(workdir, "bt.jsonl", start=start, end=end)
+    assert again.returncode == 0, again.stderr
+    assert (workdir / "bt.jsonl").read_bytes() == written
+    out = _summary(again)
+    assert f"{WINDOWS} of them as stored in the ledger by an earlier replay" in out and "epsilon charged 0 by" in out, out
+    assert f"{total:.4g} since the ledger began" in out, out
+    with WindowLedger(ledger) as led:
+        assert led.total_epsilon() == total
+    assert sorted(p.name for p in (workdir / "backtest-ledgers").iterdir() if "events-" in p.name) == [ledger.name]
+
+
+def test_replays_of_the_same_data_add_up_against_one_lifetime_cap(workdir):
+    """Three replays of one content (the second over a longer range, the third a copy under
+    another name with another setting) charge one ledger: the first pays the baseline and the
+    alarm run, the second a run and the page but not the report the lifetime cap no longer pays
+    for, the third nothing (its records are the stored ones, byte for byte, not a fresh draw)."""
+    shutil.copyfile(workdir / "events.jsonl", workdir / "capped.jsonl")
+    with open(workdir / "capped.jsonl", "a") as f:
+        f.write("\n")  # other bytes: a ledger of its own, apart from the other tests'
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    # Pays the first replay's baseline and alarm run (0.87), then the second's own run (0.6: a
+    # replay resumes like a restart) and its page (0.5), but not the page's report (0.28).
+    config["budget"]["lifetime_epsilon"] = 2.0
+    (workdir / "capped.yaml").write_text(yaml.safe_dump(config))
+    ledger = _backtest_ledger(workdir, "capped.jsonl")
+
+    def replay(name: str, out: str, config: str, windows: int) -> tuple[str, list[dict]]:
+        res = _monitor("replay", "-c", config, "--input", name, "--start", str(T0), "--end", str(FIRST + windows * WINDOW),
+                       "--output", out, cwd=workdir)
+        assert res.returncode == 0, res.stderr
+        assert str(ledger.relative_to(workdir)) in res.stderr, res.stderr
+        return _summary(res), [json.loads(x) for x in (workdir / out).read_text().splitlines()]
+
+    out1, first = replay("capped.jsonl", "capped-1.jsonl", "capped.yaml", SURGE_AT)  # warm-up, baseline, quiet run
+    spent1 = sum(r["epsilon"] for r in first)
+    assert spent1 > 0 and "pages 0" in out1 and f"{spent1:.4g} since the ledger began (cap 2)" in out1, out1
+
+    out2, second = replay("capped.jsonl", "capped-2.jsonl", "capped.yaml", WINDOWS)
+    assert second[:SURGE_AT] == first  # stored, not redrawn
+    assert f"{SURGE_AT} of them as stored" in out2, out2
+    page = second[SURGE_AT]
+    assert page["alarm_detail"]["state"] == "fired" and page["report"] == {"reason": "alarm", "suppressed": "budget"}
+    assert page["budget"]["epsilon_lifetime_limit"] == 2.0
+    with WindowLedger(ledger) as led:
+        total = led.total_epsilon()
+    assert total == pytest.approx(spent1 + page["epsilon"]) and spent1 < total <= 2.0
+    assert page["budget"]["epsilon_lifetime_spent"] == pytest.approx(total)
+    assert f"{total:.4g} since the ledger began (cap 2)" in out2 and "alarm: suppressed (budget)" in out2, out2
+
+    # the same bytes under another name, with another setting: the same ledger, the stored records
+    shutil.copyfile(workdir / "capped.jsonl", workdir / "capped-copy.jsonl")
+    config["report"]["epsilon_grids"] = 0.4
+    (workdir / "capped-b.yaml").write_text(yaml.safe_dump(config))
+    out3, third = replay("capped-copy.jsonl", "capped-3.jsonl", "capped-b.yaml", WINDOWS)
+    assert (workdir / "capped-3.jsonl").read_bytes() == (workdir / "capped-2.jsonl").read_bytes()
+    assert f"{WINDOWS} of them as stored" in out3 and "epsilon charged 0 by" in out3, out3
+    with WindowLedger(ledger) as led:
+        assert led.total_epsilon() == total
+    assert [p.name for p in (workdir / "backtest-ledgers").glob("capped*")] == [ledger.name]
+
+
+def test_alerts_reads_a_backtests_file_with_the_topics_display(workdir, records):
+    """`monitor alerts --input alerts.jsonl`: the replay's output as the same table (or JSON
+    lines) the alerts topic gives, without a config or a broker."""
+    res = _monitor("alerts", "--input", "alerts.jsonl", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    head, *rows = res.stdout.splitlines()
+    assert head.split()[:4] == ["window", "(UTC)", "alarm", "epsilon"] and len(rows) == len(records)
+    assert f"{len(records)} window(s) in alerts.jsonl" in res.stderr
+    paged = records[SURGE_AT]
+    row = rows[SURGE_AT].split()
+    assert row[0].startswith(iso(paged["window_start"])) and row[1] == "fired" and row[2] == f"{paged['epsilon']:.3g}"
+    assert rows[SURGE_AT].endswith(paged["report"]["headline"])
+    as_json = _monitor("alerts", "--input", "alerts.jsonl", "--json", cwd=workdir)
+    assert [json.loads(x) for x in as_json.stdout.splitlines()] == records
 
 
 def test_epoch_milliseconds_for_start_get_a_hint(workdir):
@@ -170,10 +268,16 @@ def test_a_failed_replay_leaves_no_partial_output(workdir, monkeypatch):
         return real(self, window, released_at)
 
     monkeypatch.setattr(WindowReleaser, "release", failing)
+    monkeypatch.chdir(workdir)  # the config's relative ledger folder
+    shutil.copyfile(workdir / "events.jsonl", workdir / "failing.jsonl")
+    with open(workdir / "failing.jsonl", "a") as f:
+        f.write("\n\n")  # a ledger of its own
     out = workdir / "failed.jsonl"
     with pytest.raises(OSError):
-        replay(load_config(workdir / "config.yaml"), workdir / "events.jsonl", T0, T0 + (WINDOWS + 1) * WINDOW, out,
+        replay(load_config(workdir / "config.yaml"), workdir / "failing.jsonl", T0, T0 + (WINDOWS + 1) * WINDOW, out,
                workdir / "failed.dead.jsonl", rng=1)
     assert len(calls) == 5 and not out.exists()
-    # neither the partial file nor the backtest ledger (the lock file stays, as for every ledger)
-    assert not [p for p in workdir.glob("*failed.jsonl*") if not p.name.endswith(".lock")]
+    assert not [p for p in workdir.glob("*failed.jsonl*")] and not list(workdir.rglob("*.lock"))
+    # the windows released before the failure stay charged: a rerun writes them as stored
+    with WindowLedger(_backtest_ledger(workdir, "failing.jsonl")) as led:
+        assert len(led.entries()) == 4

@@ -1,9 +1,10 @@
-"""``monitor alerts``: read the alerts topic without writing a consumer.
+"""``monitor alerts``: read the alerts topic without writing a consumer, or a backtest's alerts file.
 
 Prints each window's alert record as one row (window, alarm state, epsilon charged, the
 detailed report's headline), or the records themselves with ``--json``; ``--follow``
-keeps reading as new windows are published. Everything shown is the published record,
-so it is as private as the topic: post-processing of the releases, nothing more.
+keeps reading as new windows are published; ``--input FILE`` reads the JSON-lines file
+``monitor replay`` writes instead, with the same display. Everything shown is the published
+record, so it is as private as the topic: post-processing of the releases, nothing more.
 
 The reader joins no consumer group and commits nothing (it cannot disturb a running
 monitor), and shows each window once: a record republished after a crash carries the
@@ -27,7 +28,7 @@ from typing import Any, Iterator
 
 from monitor.errors import MonitorError
 
-__all__ = ["configure_alerts", "row", "headline", "resolve_bootstrap", "read_alerts"]
+__all__ = ["configure_alerts", "row", "headline", "resolve_bootstrap", "read_alerts", "read_alerts_file"]
 
 COLUMNS = ("window (UTC)", "alarm", "epsilon", "report")
 _WIDTHS = (30, 10, 8)
@@ -134,6 +135,31 @@ def read_alerts(bootstrap, config, *, follow: bool, stop: threading.Event) -> It
         consumer.close()
 
 
+def read_alerts_file(path) -> Iterator[dict]:
+    """Each window's alert record in a JSON-lines file (``monitor replay --output``), in file
+    order, each window once. Raises ``MonitorError`` naming the line that is not a record."""
+    try:
+        source = open(path, "rb")
+    except OSError as err:
+        raise MonitorError(f"cannot read --input {path}: {err.strerror}") from None
+    seen: set = set()
+    with source:
+        for line_no, line in enumerate(source, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or "window_start" not in record:
+                raise MonitorError(f"--input {path} line {line_no}: not an alert record (one JSON object per line with "
+                                   "window_start, as monitor replay --output writes)")
+            if record["window_start"] in seen:
+                continue
+            seen.add(record["window_start"])
+            yield record
+
+
 def configure_alerts(parser: argparse.ArgumentParser) -> None:
     """Options of ``monitor alerts``."""
     from monitor.cli import add_config_option
@@ -141,6 +167,8 @@ def configure_alerts(parser: argparse.ArgumentParser) -> None:
     add_config_option(parser, "names the broker and the alerts topic")
     parser.add_argument("--bootstrap-servers", help="Kafka brokers, overriding stream.bootstrap_servers (default with the "
                         "embedded broker: 127.0.0.1:stream.embedded_broker_port, or 9092)")
+    parser.add_argument("--input", metavar="FILE", help="read this alerts file (monitor replay's --output, one record per "
+                        "line) instead of the alerts topic")
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing new windows as they are published (Ctrl-C stops)")
     parser.add_argument("--json", action="store_true", help="print each alert record as one JSON line, as published")
     parser.set_defaults(func=run_alerts)
@@ -149,6 +177,8 @@ def configure_alerts(parser: argparse.ArgumentParser) -> None:
 def run_alerts(args: argparse.Namespace) -> int:
     from monitor.config import load_config
 
+    if args.input is not None:
+        return _print_file(args)
     config = load_config(args.config)
     bootstrap = resolve_bootstrap(args.bootstrap_servers, config)
     stop = threading.Event()
@@ -173,4 +203,18 @@ def run_alerts(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     if not args.json and not args.follow:
         print(f"{n} window(s) on {config.stream.alerts_topic} at {bootstrap}", file=sys.stderr)
+    return 0
+
+
+def _print_file(args: argparse.Namespace) -> int:
+    # A file needs no config or broker: its records are already the releases.
+    if args.follow:
+        raise MonitorError("--follow reads the alerts topic as it grows; --input reads a finished file once: drop one of them")
+    records = list(read_alerts_file(args.input))  # a bad line stops it before any output
+    if not args.json:
+        print(_line(COLUMNS))
+    for record in records:
+        print(json.dumps(record) if args.json else _line(row(record)))
+    if not args.json:
+        print(f"{len(records)} window(s) in {args.input}", file=sys.stderr)
     return 0

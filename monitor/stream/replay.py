@@ -6,16 +6,21 @@ public times T0 and T1, the alarm, detailed reports and ledger charges: exactly 
 with a JSON-lines file in place of the input topic and files in place of the alerts and
 dead-letter topics.
 
-Replaying private data is a release, so it charges a ledger like a real run. By default
-that is a backtest ledger of its own, ``OUTPUT.ledger.sqlite``, made afresh for each
-backtest (its output and its ledger go together): re-running with another setting draws
-anew instead of returning the stored records, and a backtest never spends a running
-monitor's budget. ``--ledger FILE`` charges a given ledger instead; a window already in
-it is written out as stored, never redrawn. Either way the replay holds the ledger's lock
-(``monitor.lockfile``), so it refuses a ledger that a running monitor writes.
+Replaying private data is a release, so it charges a ledger like a real run, and that
+ledger remembers. By default it is the input's backtest ledger,
+``<budget.ledger's folder>/backtest-ledgers/<input name>-<sha256 of its bytes, 16 hex>.sqlite``:
+one per content (a copy under another name finds the same one), never deleted, under the
+config's period and lifetime caps (``budget.epsilon``, ``budget.lifetime_epsilon``). Every
+replay of the same data adds to it, so repeated backtests add up against one lifetime cap
+instead of each starting afresh. A window already in the ledger is written out as stored,
+never redrawn: averaging several draws of one window would remove its noise. New windows
+(another range) are charged. ``--ledger FILE`` charges a given ledger instead (the same
+rules; its caps are its own). Either way the replay holds the ledger's lock
+(``monitor.lockfile``), so it refuses a ledger that a running monitor or another replay writes.
 
 The output file appears only when the whole replay succeeded (written beside it, then
-renamed). All events are held until the end (the file need not be in time order), so the
+renamed); windows charged before a failure stay in the ledger and are written as stored
+next time. All events are held until the end (the file need not be in time order), so the
 file must fit in memory.
 """
 
@@ -23,20 +28,26 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import math
 import os
+import re
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from monitor.errors import MonitorError
 
-__all__ = ["replay", "configure_replay", "parse_time", "backtest_ledger"]
+__all__ = ["replay", "configure_replay", "parse_time", "backtest_ledger", "input_digest"]
 
 # Epoch seconds beyond this (year 5138) are taken for milliseconds in a user's input.
 _MS_HINT_ABOVE = 1e11
-_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+BACKTEST_DIR = "backtest-ledgers"
+_DIGEST_CHARS = 16  # 64 bits of sha256: two different inputs never share a ledger by chance
+# Pages listed one per line in the summary; the rest are counted (``monitor alerts --input`` shows all).
+_PAGES_LISTED = 20
 
 
 def parse_time(text: str, option: str) -> float:
@@ -64,31 +75,46 @@ def parse_time(text: str, option: str) -> float:
     return value
 
 
-def backtest_ledger(output_path: Path) -> Path:
-    """The default ledger of a backtest: beside its output, named after it."""
-    return output_path.with_name(output_path.name + ".ledger.sqlite")
+def input_digest(input_path: Path) -> str:
+    """sha256 of the input's bytes (hex): what names its backtest ledger."""
+    try:
+        with open(input_path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError as err:
+        raise MonitorError(f"cannot read --input {input_path}: {err.strerror}") from None
 
 
-def _remove_ledger(path: Path) -> None:
-    for p in (path, *(path.with_name(path.name + s) for s in _SQLITE_SIDE_FILES)):
-        p.unlink(missing_ok=True)
+def backtest_ledger(config, input_path: Path, digest: str | None = None) -> Path:
+    """The backtest ledger of an input: keyed by its content, in ``backtest-ledgers/`` beside
+    ``budget.ledger``. The name starts with the input's file name only to be readable; an
+    existing ledger of the same content under another name is the one returned."""
+    digest = (digest or input_digest(input_path))[:_DIGEST_CHARS]
+    folder = Path(config.budget.ledger).parent / BACKTEST_DIR
+    known = sorted(folder.glob(f"*-{digest}.sqlite")) if folder.is_dir() else []
+    if known:
+        return known[0]
+    stem = re.sub(r"[^A-Za-z0-9._]+", "_", Path(input_path).stem)[:40] or "input"
+    return folder / f"{stem}-{digest}.sqlite"
 
 
 def replay(config, input_path: Path, start: float, end: float, output_path: Path, dead_letter_path: Path,
-           rng=None, progress=None, ledger_path: Path | None = None) -> dict[str, float]:
+           rng=None, progress=None, ledger_path: Path | None = None) -> dict[str, Any]:
     """Replay ``input_path`` over the windows in [start, end); returns counts of what happened
-    (operator output, NOT private).
+    (operator output, NOT private) and, under ``"pages"``, each page of the output (its
+    window start, headline, epsilon and whether it was stored by an earlier replay: all
+    read from the released records).
 
     Writes one alert record per released window to ``output_path`` (in window order; a
     window the ledger holds as suppressed has no record, as on the alerts topic) and one
-    line per invalid event to ``dead_letter_path``. ``ledger_path`` None: a fresh backtest
-    ledger (``backtest_ledger(output_path)``, replaced if there); else that ledger, kept.
+    line per invalid event to ``dead_letter_path``. ``ledger_path`` None: the input's
+    backtest ledger (``backtest_ledger``); else that ledger. Neither is ever deleted.
     Raises ``MonitorError`` if another process holds the ledger's lock.
     """
     from monitor.budget.accountant import BudgetAccountant
     from monitor.budget.ledger import WindowLedger
     from monitor.lockfile import LedgerInUse, LedgerLock
     from monitor.release import WindowReleaser
+    from monitor.stream.alerts import headline
     from monitor.stream.events import EventSchema, InvalidEvent
     from monitor.stream.service import load_model
     from monitor.stream.windows import WindowStore
@@ -101,20 +127,21 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     if last_end <= first:
         raise MonitorError(f"--start {_iso(start)} and --end {_iso(end)} hold no whole window of {size:g} s "
                            "(windows start at multiples of it)")
-    fresh = ledger_path is None
-    ledger_path = backtest_ledger(output_path) if fresh else Path(ledger_path)
+    own = ledger_path is None
+    ledger_path = backtest_ledger(config, input_path) if own else Path(ledger_path)
     try:
         lock = LedgerLock(ledger_path).acquire()
     except LedgerInUse as err:
         owner = str(err).split("(pid ", 1)[-1].split(")", 1)[0]
+        if own:
+            raise MonitorError(f"the backtest ledger of {input_path}, {ledger_path.resolve()}, is in use by another replay "
+                               f"of the same data (pid {owner}): wait for it to finish") from None
         raise MonitorError(
             f"--ledger {ledger_path.resolve()} is in use by a running monitor (pid {owner}): a replay into it would spend "
-            f"that monitor's budget. Leave out --ledger for a backtest ledger of its own, or stop that monitor first"
+            f"that monitor's budget. Leave out --ledger to charge the input's backtest ledger, or stop that monitor first"
         ) from None
     partial = output_path.with_name(f".{output_path.name}.partial-{os.getpid()}")
     try:
-        if fresh:
-            _remove_ledger(ledger_path)  # the previous backtest of this output: replaced with it
         model = load_model(config)
         schema = EventSchema.from_config(config)
         store = WindowStore(size, config.window.allowed_lateness_seconds, first, len(config.features))
@@ -144,16 +171,18 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
                 if progress is not None and line_no % 10000 == 0:
                     progress(line_no)
         b = config.budget
+        ledger_path.parent.mkdir(parents=True, exist_ok=True)
         ledger = WindowLedger(ledger_path)
+        pages: list[dict[str, Any]] = []
         try:
             accountant = BudgetAccountant.from_settings(ledger, b)
+            lifetime_before = ledger.total_epsilon()
             # Suppressed spans already in a given ledger (a `catch_up` entry covers many
             # windows): those windows were decided once, as not released.
             suppressed = [(e.window_start, e.window_end, e.reason) for e in ledger.entries(since=first)
                           if not e.released and e.window_start < last_end]
             releaser = WindowReleaser(config, accountant, model, rng=rng)
             delay = config.window.allowed_lateness_seconds + config.window.publish_delay_seconds
-            epsilon = 0.0
             with open(partial, "w", encoding="utf-8") as out:
                 # Every scheduled window in [first, last_end), empty or not, in order.
                 for window in store.close_due(last_end + config.window.allowed_lateness_seconds):
@@ -171,25 +200,30 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
                     out.write(entry.payload + "\n")
                     record = json.loads(entry.payload)
                     counts["written"] += 1
-                    counts["pages"] += record.get("alarm") is True and (record.get("alarm_detail") or {}).get("state") == "fired"
                     report = record.get("report")
                     counts["reports"] += bool(report) and "suppressed" not in report
                     counts["reports_suppressed"] += bool(report) and "suppressed" in report
-                    if not released.replayed:
-                        epsilon += float(record.get("epsilon") or 0.0)
+                    record_eps = float(record.get("epsilon") or 0.0)
+                    if record.get("alarm") is True and (record.get("alarm_detail") or {}).get("state") == "fired":
+                        counts["pages"] += 1
+                        pages.append({"window_start": record.get("window_start"), "headline": headline(report),
+                                      "epsilon": record_eps, "stored": released.replayed})
             spent = accountant.spent(last_end)[0]
+            lifetime = ledger.total_epsilon()
+            epsilon = max(0.0, lifetime - lifetime_before)
         finally:
             ledger.close()
         os.replace(partial, output_path)
     except BaseException:
+        # The ledger stays whatever happened: what it charged was drawn, and a rerun
+        # writes those windows as stored instead of drawing them again.
         partial.unlink(missing_ok=True)
-        if fresh:
-            _remove_ledger(ledger_path)  # nothing was written out: nothing was released
         raise
     finally:
         lock.release()
     return {**counts, "epsilon_charged": epsilon, "epsilon_spent_in_last_period": spent,
-            "first": first, "last_end": last_end}
+            "epsilon_lifetime_spent": lifetime, "first": first, "last_end": last_end,
+            "ledger": ledger_path, "backtest_ledger": own, "pages": pages}
 
 
 def _iso(t: float) -> str:
@@ -211,13 +245,19 @@ def configure_replay(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, type=Path, help="JSON-lines file to write one alert record per window to")
     parser.add_argument("--dead-letter", type=Path, help="where invalid events go, with their reason (default: OUTPUT.dead-letter.jsonl)")
     parser.add_argument("--ledger", type=Path, metavar="FILE",
-                        help="charge this ledger (windows already in it are written as stored). Default: a fresh backtest "
-                             "ledger OUTPUT.ledger.sqlite, replaced on each run. A ledger a running monitor holds is refused")
+                        help="charge this ledger instead of the input's backtest ledger (backtest-ledgers/NAME-SHA256.sqlite "
+                             "beside budget.ledger, shared by every replay of the same data). Windows already in the ledger "
+                             "are written as stored, never redrawn. A ledger a running monitor holds is refused")
     parser.set_defaults(func=run_replay_command)
+
+
+def _limit(value: float | None) -> str:
+    return "no cap: budget.lifetime_epsilon is null" if value is None else f"cap {value:g}"
 
 
 def run_replay_command(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from monitor.config import load_config
@@ -225,12 +265,16 @@ def run_replay_command(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
     dead = args.dead_letter or args.output.with_name(args.output.name + ".dead-letter.jsonl")
-    ledger = args.ledger or backtest_ledger(args.output)
+    own_ledger = backtest_ledger(config, args.input)
+    ledger = args.ledger or own_ledger
     if args.ledger is None:
-        where = (f"a fresh backtest ledger {ledger} (its own budget: budget.ledger {config.budget.ledger} is not "
-                 "charged; --ledger FILE charges a given one)")
+        where = (f"the backtest ledger of this input, {ledger} (every replay of the same data charges it: its period and "
+                 f"lifetime caps hold across them; budget.ledger {config.budget.ledger} is not charged)")
     else:
         where = f"the ledger {ledger} like a real run (windows already in it are written as stored)"
+        if own_ledger.exists() and own_ledger.resolve() != Path(args.ledger).resolve():
+            where += (f". This data also has a backtest ledger, {own_ledger}: its charges and {args.ledger}'s are capped "
+                      "separately, though both are about the same people")
     print(f"replaying {args.input} over [{_iso(start)}, {_iso(end)}): replaying private data is a release; "
           f"this charges {where}", file=sys.stderr)
     s = replay(config, args.input, start, end, args.output, dead, ledger_path=args.ledger,
@@ -241,15 +285,24 @@ def run_replay_command(args: argparse.Namespace) -> int:
     table.add_column()
     stored = s.get("replayed_from_ledger", 0)
     table.add_row("windows", f"{s.get('windows', 0)} of {config.window.size_seconds:g} s, {s.get('written', 0)} written"
-                  + (f", {stored} of them as stored in the ledger" if stored else "")
+                  + (f", {stored} of them as stored in the ledger by an earlier replay (not drawn again, not charged again; "
+                     "a setting changed since does not apply to them)" if stored else "")
                   + (f", {s['suppressed_in_ledger']} suppressed in the ledger (no record)" if s.get("suppressed_in_ledger") else ""))
-    table.add_row("pages", str(s.get("pages", 0)))
+    pages = s["pages"]
+    table.add_row("pages", str(len(pages)))
+    for page in pages[:_PAGES_LISTED]:
+        table.add_row("", escape(f"{_iso(page['window_start'])}  {page['headline']}  (epsilon {page['epsilon']:.3g}"
+                                 + (", stored earlier)" if page["stored"] else ")")))
+    if len(pages) > _PAGES_LISTED:
+        table.add_row("", f"... {len(pages) - _PAGES_LISTED} more: monitor alerts --input {args.output}")
     table.add_row("detailed reports", f"{s.get('reports', 0)}" + (f" ({s['reports_suppressed']} more suppressed by the budget)"
                                                                     if s.get("reports_suppressed") else ""))
-    table.add_row("epsilon charged", f"{s['epsilon_charged']:.4g} by this replay; {s['epsilon_spent_in_last_period']:.4g} "
-                  f"in the rolling period ending {_iso(s['last_end'])} (limit {config.budget.epsilon:g})")
+    b = config.budget
+    table.add_row("epsilon charged", f"{s['epsilon_charged']:.4g} by this replay")
+    table.add_row("ledger", f"{s['ledger']}" + (" (the backtest ledger of this input)" if s["backtest_ledger"] else ""))
+    table.add_row("ledger spent", f"{s['epsilon_spent_in_last_period']:.4g} in the rolling period ending {_iso(s['last_end'])} "
+                  f"(limit {b.epsilon:g}); {s['epsilon_lifetime_spent']:.4g} since the ledger began ({_limit(b.lifetime_epsilon)})")
     table.add_row("events", f"{s.get('accepted', 0)} in windows, {s.get('duplicate_entity', 0)} duplicates of an entity in a "
                   f"window, {s.get('outside', 0)} outside [--start, --end), {s.get('dead_letter', 0)} invalid ({dead})")
-    table.add_row("ledger", f"{ledger}" + (" (backtest ledger of its own)" if args.ledger is None else ""))
     Console(width=max(100, Console().width)).print(table)
     return 0
