@@ -104,3 +104,34 @@ def test_budget_plan_says_what_a_restart_costs(workdir):  # noqa: F811
     assert f"each restart (Ctrl-C and start again, a crash, a deploy) opens a new alarm run: epsilon {threshold:g}" in out, out
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
     assert "stops it cleanly; each restart opens a new alarm run: `alarm.epsilon_threshold`" in readme
+
+
+def test_alerts_reads_a_backtests_file_without_a_config_or_a_broker(tmp_path):
+    """`monitor alerts --input alerts.jsonl`: the table the topic gives, each window once; a line
+    that is not a record stops it with one line naming it, before any output."""
+    from tests.test_first_hour import one_line_error
+
+    quiet = {"window_start": 1763700000.0, "window_end": 1763700300.0, "alarm": False, "epsilon": 0.0,
+             "alarm_detail": {"state": "quiet"}, "report": None}
+    page = {"window_start": 1763700300.0, "window_end": 1763700600.0, "alarm": True, "epsilon": 0.78,
+            "alarm_detail": {"state": "fired"}, "report": {"reason": "alarm", "headline": "surge in spo2: +41 flagged (+-12)"}}
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_text("".join(json.dumps(r) + "\n" for r in (quiet, page, page)))  # the page twice: shown once
+
+    res = monitor("alerts", "--input", "alerts.jsonl", cwd=tmp_path)  # no config.yaml here
+    assert res.returncode == 0, res.stderr
+    head, *rows = res.stdout.splitlines()
+    assert head.split()[:4] == ["window", "(UTC)", "alarm", "epsilon"] and len(rows) == 2, res.stdout
+    assert rows[1].split()[:3] == ["2025-11-21T04:45:00Z-04:50:00", "fired", "0.78"], rows
+    assert rows[1].endswith("surge in spo2: +41 flagged (+-12)") and rows[0].split()[1] == "quiet", rows
+    assert "2 window(s) in alerts.jsonl" in res.stderr
+    as_json = monitor("alerts", "--input", "alerts.jsonl", "--json", cwd=tmp_path)
+    assert [json.loads(x) for x in as_json.stdout.splitlines()] == [quiet, page]
+
+    with open(alerts, "a") as f:
+        f.write('{"ts": 1763700600}\n')
+    bad = monitor("alerts", "--input", "alerts.jsonl", cwd=tmp_path)
+    one_line_error(bad, "--input alerts.jsonl line 4: not an alert record")
+    assert bad.stdout == ""
+    one_line_error(monitor("alerts", "--input", "alerts.jsonl", "--follow", cwd=tmp_path), "--follow", "--input")
+    one_line_error(monitor("alerts", "--input", "missing.jsonl", cwd=tmp_path), "cannot read --input missing.jsonl")
