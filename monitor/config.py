@@ -166,6 +166,21 @@ class AlarmSettings(_Strict):
         0.3, ge=0, lt=1, description="Daily swing of the number of people online around the baseline's mean (public knowledge "
         "of the fleet, e.g. 0.3 for +-30 %): the false-page rate is averaged over it, since busy windows vary more."
     )
+    follow_rhythm: bool = Field(
+        True, description="Compare each window with the same people's recent windows and yesterday's same hour (the rhythm "
+        "reference, docs/alarm.md), not with one daily rate: traffic whose make-up changes with the hour does not page. "
+        "Costs no epsilon; the page noise widens by rhythm_slack."
+    )
+    recent_windows: int = Field(
+        12, ge=2, le=288, description="Windows in the rhythm reference's recent level (12 x 5 minutes: the last hour)."
+    )
+    seasonal_windows: int = Field(
+        13, ge=1, le=287, description="Windows around the same hour one day earlier in the rhythm reference (odd: centred)."
+    )
+    rhythm_slack: float = Field(
+        0.25, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
+        "moves the statistic within an interval of width 1 + rhythm_slack (at least 1 / recent_windows)."
+    )
     threshold: float | None = Field(
         None, ge=0, description="Absolute override (excess weighted events per window that page, plus z and rate_margin); "
         "null (recommended): derived from false_pages_per_30_days."
@@ -174,6 +189,13 @@ class AlarmSettings(_Strict):
     rate_margin: float | None = Field(
         None, ge=0, description="With an absolute threshold only: extra margin as a share of the expected count (rate x mean events)."
     )
+
+    @model_validator(mode="after")
+    def _slack_covers_recent(self) -> "AlarmSettings":
+        if self.follow_rhythm and self.rhythm_slack * self.recent_windows < 1:
+            raise ValueError(f"rhythm_slack ({self.rhythm_slack}) must be at least 1 / recent_windows "
+                             f"({self.recent_windows}): events without an entity must never be clipped")
+        return self
 
     @model_validator(mode="after")
     def _graded_below(self) -> "AlarmSettings":

@@ -28,13 +28,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, SurgeAlarm
+from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
 from monitor.alarm.calibrate import (alarm_levels, baseline_problem, is_graded, normal_weight_kappa, normal_weight_rate,
                                      weight_units)
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
-from monitor.report import candidate_parts, grid_unusual, normal_part_shares, part_of, release_report
+from monitor.report import (candidate_parts, grid_unusual, normal_part_shares, part_of, release_report,
+                            released_parts_scale)
 from monitor.stream.windows import ClosedWindow
 
 __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
@@ -89,7 +90,11 @@ class WindowReleaser:
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
                                 kappa=normal_weight_kappa(model, self.level_lo, self.level_hi),
-                                traffic_swing=a.traffic_swing)
+                                traffic_swing=a.traffic_swing,
+                                slack_units=self._reference_slack_units(config))
+        # The rhythm reference: each window against the same people's recent and day-ago windows.
+        self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack)
+                          if a.follow_rhythm and a.threshold is None else None)
         # Public post-processing of the model: each grid's own threshold at the alarm's rate
         # (which grid's flags rose is what a report points at).
         self.n_grids = len(getattr(model, "grids_", ()))
@@ -111,6 +116,13 @@ class WindowReleaser:
         # (1, 2, ... on a fresh ledger: charge ids count baselines too).
         self._run_charge_id: int | None = None
         self._resume()
+
+    @staticmethod
+    def _reference_slack_units(config: MonitorConfig) -> int:
+        a = config.alarm
+        if not a.follow_rhythm or a.threshold is not None:
+            return 0
+        return math.ceil(a.rhythm_slack * RESOLUTION)
 
     # -- start-up ---------------------------------------------------------------------
     def _resume(self) -> None:
@@ -159,7 +171,8 @@ class WindowReleaser:
         # before the failure was published).
         memo = {id(self._noise): self._noise}
         return copy.deepcopy({"alarm": self.alarm.__dict__, "baseline": self.baseline.__dict__,
-                              "run_span": self._run_span, "run_charge_id": self._run_charge_id}, memo)
+                              "run_span": self._run_span, "run_charge_id": self._run_charge_id,
+                              "reference": self.reference}, memo)
 
     def _restore(self, state: dict) -> None:
         for obj, saved in ((self.alarm, state["alarm"]), (self.baseline, state["baseline"])):
@@ -167,6 +180,7 @@ class WindowReleaser:
             obj.__dict__.update(saved)
         self._run_span = state["run_span"]
         self._run_charge_id = state["run_charge_id"]
+        self.reference = state["reference"]
 
     def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = (),
               kind: str = "window") -> bool:
@@ -234,10 +248,18 @@ class WindowReleaser:
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
             can_page = self.alarm.run is not None and self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0), "alarm_page")
-            answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem)
+            comparison = None
+            if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
+                comparison = self.reference.compare(self.reference.window_index(window.start), units, window.entities,
+                                                    self.alarm.run_rate_units(est))
+            answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,
+                                             comparison=comparison)
             if answer.state == "fired":
                 self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))
+
+        if self.reference is not None:  # every window, warm-up included; pages are left out of its predictions
+            self.reference.learn_one(self.reference.window_index(window.start), units, window.entities, paged=answer.alarm)
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
         # and still leaves room for the next alarm run and report.reserve_pages pages.
@@ -340,10 +362,20 @@ class WindowReleaser:
         if self.parts and unusual is None:
             unusual = self._weighted_unusual(window.X, units)
         normal_share, normal_parts, normal_error = self._normal_where()
+        # The baseline's own noise (its released shares' and its rate's) counts in which
+        # parts stand out; a guessed normal counts its error whole instead (docs/report.md).
+        est = self.baseline.estimate
+        parts_scale = share_sd = 0.0
+        if est is not None:
+            share_sd = est.rate_error
+            if normal_error == 0.0 and normal_parts is not None:
+                parts_scale = released_parts_scale(est.flag_cap, self.baseline.epsilon_parts, est.rate,
+                                                   est.events_per_window, est.span_windows)
         return release_report(X, units, cfg.report, cfg.feature_names, rng=self._noise,
                               grid_unusual=unusual, grid_names=self.grid_names, grid_features=self.grid_features,
                               normal_share=normal_share, normal_parts=normal_parts, normal_error=normal_error,
-                              reason=reason, resolution=RESOLUTION)
+                              reason=reason, resolution=RESOLUTION, normal_parts_scale=parts_scale,
+                              normal_share_sd=share_sd)
 
 
 def _run_end(window_end: float, run_seconds: float) -> float:

@@ -2,11 +2,14 @@
 
 - ``AboveThreshold``: sparse vector runs over exact integer queries;
 - ``BaselineTracker`` / ``BaselineEstimate``: the normal flagged rate, released on a public schedule;
-- ``SurgeAlarm`` / ``AlarmAnswer``: one private yes/no per window, paying only when it pages.
+- ``SurgeAlarm`` / ``AlarmAnswer``: one private yes/no per window, paying only when it pages;
+- ``RhythmReference``: what a window is compared with, following the traffic's daily rhythm.
 """
 
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate, BaselineTracker
+from monitor.alarm.reference import Comparison, RhythmReference
 from monitor.alarm.surge import RESOLUTION, AlarmAnswer, SurgeAlarm
 
-__all__ = ["AboveThreshold", "BaselineEstimate", "BaselineTracker", "SurgeAlarm", "AlarmAnswer", "RESOLUTION"]
+__all__ = ["AboveThreshold", "BaselineEstimate", "BaselineTracker", "SurgeAlarm", "AlarmAnswer", "RESOLUTION",
+           "RhythmReference", "Comparison"]

@@ -55,6 +55,7 @@ from typing import Literal
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate
 from monitor.alarm.calibrate import false_page_threshold
+from monitor.alarm.reference import Comparison
 from monitor.alarm.units import BAND_UNITS as _BAND_UNITS
 from monitor.alarm.units import RESOLUTION, TAU_BAND
 
@@ -83,6 +84,7 @@ class AlarmAnswer:
     delta: float = 0.0
     mechanism: str = "above_threshold"
     problem: str | None = None  # why the released baseline is not used (warming_up): announced, never silent
+    compared_with: str | None = None  # the rhythm reference's mode ("baseline", "recent", "rhythm"); None without one
 
     @property
     def alarm(self) -> bool:
@@ -121,13 +123,18 @@ class SurgeAlarm:
         E[w^2] / E[w] of normal events' weights (public, from the model's calibration;
         1 is the safe bound, exact for plain flags): scales the normal spread. A baseline
         that released its own (``BaselineEstimate.kappa``, from the traffic) replaces it.
+    slack_units:
+        With a rhythm reference (``monitor.alarm.reference``): how far below -tau one unit's
+        term may go, in 1 / RESOLUTION; the run's noise covers the interval of width
+        RESOLUTION + slack_units. 0: the plain statistic only.
     rng:
         None in production (OpenDP); a seed for tests.
     """
 
     def __init__(self, epsilon_threshold: float, epsilon_page: float, threshold: float | None, z: float = 3.0,
                  hold_windows: int = 3, rate_margin: float = 0.0, rng=None, false_pages_per_30_days: float = 1.0,
-                 window_seconds: float = 300.0, kappa: float = 1.0, traffic_swing: float = 0.0) -> None:
+                 window_seconds: float = 300.0, kappa: float = 1.0, traffic_swing: float = 0.0,
+                 slack_units: int = 0) -> None:
         if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
             raise ValueError(f"threshold must be a non-negative number or None, got {threshold!r}")
         if not (math.isfinite(false_pages_per_30_days) and false_pages_per_30_days > 0):
@@ -140,13 +147,17 @@ class SurgeAlarm:
             raise ValueError(f"rate_margin must be a non-negative number, got {rate_margin!r}")
         if int(hold_windows) != hold_windows or hold_windows < 0:
             raise ValueError(f"hold_windows must be a non-negative integer, got {hold_windows!r}")
-        self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION, drift=_BAND_UNITS, rng=rng)
+        if int(slack_units) != slack_units or not 0 <= slack_units <= RESOLUTION:
+            raise ValueError(f"slack_units must be an integer in [0, {RESOLUTION}], got {slack_units!r}")
+        # A rhythm reference widens the interval one unit moves a_i in by its slack (monitor.alarm.reference).
+        self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION + int(slack_units), drift=_BAND_UNITS,
+                                  rng=rng)
         self.threshold = None if threshold is None else float(threshold)
         self.false_pages_per_30_days = float(false_pages_per_30_days)
         self.window_seconds = float(window_seconds)
         self.kappa = float(kappa)
         self.traffic_swing = float(traffic_swing)
-        self._derived: tuple[tuple, float] | None = None
+        self._derived: dict[tuple, float] = {}
         self.z = float(z)
         self.rate_margin = float(rate_margin)
         self.hold_windows = int(hold_windows)
@@ -197,24 +208,33 @@ class SurgeAlarm:
         self.run = None
         self._band = None
 
-    def window_threshold(self, baseline: BaselineEstimate) -> float:
-        """T_i in events: public, from the config and the released baseline only."""
+    def window_threshold(self, baseline: BaselineEstimate, comparison: Comparison | None = None) -> float:
+        """T_i in events: public, from the config, the released baseline and the reference's
+        public mode (``comparison.mode`` and ``variance_factor``) only."""
         expected = max(0.0, baseline.rate * baseline.events_per_window)
         if self.threshold is not None:
             return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
         # This alarm's own noise scales, in events (the pages' noise is widened by the tau band).
-        # A baseline is released once a day: derive its threshold once.
-        key = (baseline.rate, baseline.events_per_window, baseline.rate_error, baseline.kappa)
-        if self._derived is None or self._derived[0] != key:
-            self._derived = (key, self._derive(baseline))
-        return self._derived[1]
+        # A baseline is released once a day and the reference has three modes: few thresholds to derive.
+        factor = 1.0 if comparison is None or comparison.mode == "baseline" else comparison.variance_factor
+        key = (baseline.rate, baseline.events_per_window, baseline.rate_error, baseline.kappa, round(factor, 9))
+        if key not in self._derived:
+            if len(self._derived) > 64:
+                self._derived.clear()
+            self._derived[key] = self._derive(baseline, factor)
+        return self._derived[key]
 
-    def _derive(self, baseline: BaselineEstimate) -> float:
+    def _derive(self, baseline: BaselineEstimate, variance_factor: float = 1.0) -> float:
+        # Against the rhythm reference the baseline's rate enters only through n_i minus its
+        # prediction, so its error is left out; the prediction's own variance is the factor.
+        kappa = self.kappa if baseline.kappa is None else baseline.kappa
+        with_reference = variance_factor != 1.0
         return false_page_threshold(
-            rate=baseline.rate, events=baseline.events_per_window, rate_error=baseline.rate_error,
+            rate=baseline.rate, events=baseline.events_per_window,
+            rate_error=0.0 if with_reference else baseline.rate_error,
             epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
             false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds,
-            kappa=self.kappa if baseline.kappa is None else baseline.kappa, swing=self.traffic_swing)
+            kappa=kappa * variance_factor, swing=self.traffic_swing)
 
     def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True) -> AlarmAnswer:
         """Answer one window, in window order, from its count of flagged events (weight 1
@@ -223,23 +243,32 @@ class SurgeAlarm:
         return self.answer_units(RESOLUTION * int(flagged), events, baseline, can_page)
 
     def answer_units(self, units: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True,
-                     problem: str | None = None) -> AlarmAnswer:
+                     problem: str | None = None, comparison: Comparison | None = None) -> AlarmAnswer:
         """Answer one window from its weight units (the sum over its events of integers in
         [0, RESOLUTION]: ``calibrate.weight_units``). ``problem``: the caller found the
-        baseline unusable (``calibrate.baseline_problem``): no query, and the answer says why."""
+        baseline unusable (``calibrate.baseline_problem``): no query, and the answer says why.
+        ``comparison``: the window against the rhythm reference (``RhythmReference.compare``
+        at this run's rate units); its statistic replaces units - m n, which needs
+        ``slack_units`` of at least the reference's."""
         if baseline is None or problem is not None:
             return AlarmAnswer("warming_up", None, 0.0, None, None, problem=problem)
-        threshold = self.window_threshold(baseline)
+        threshold = self.window_threshold(baseline, comparison)
+        mode = None if comparison is None else comparison.mode
         if self.holding:
             self._hold_left -= 1
-            return AlarmAnswer("held", self.run, self.svt.epsilon_spent, threshold, baseline.rate)
+            return AlarmAnswer("held", self.run, self.svt.epsilon_spent, threshold, baseline.rate, compared_with=mode)
         if not self.svt.active or not can_page:
-            return AlarmAnswer("suppressed", self.run, self.svt.epsilon_spent if self.svt.active else 0.0, threshold, baseline.rate)
-        statistic = int(units) - self.run_rate_units(baseline) * int(events)
+            return AlarmAnswer("suppressed", self.run, self.svt.epsilon_spent if self.svt.active else 0.0, threshold,
+                               baseline.rate, compared_with=mode)
+        if comparison is None:
+            statistic = int(units) - self.run_rate_units(baseline) * int(events)
+        else:
+            statistic = int(comparison.statistic)
         fired = self.svt.test_one(statistic, math.ceil(threshold * RESOLUTION))
         if fired:
             self._hold_left = self.hold_windows
-        return AlarmAnswer("fired" if fired else "quiet", self.run, self.svt.epsilon_spent, threshold, baseline.rate)
+        return AlarmAnswer("fired" if fired else "quiet", self.run, self.svt.epsilon_spent, threshold, baseline.rate,
+                           compared_with=mode)
 
 
 

@@ -1,0 +1,227 @@
+"""What a window's flagged weight is compared with: the same people's recent windows and
+yesterday's same hour (the alarm's rhythm-following reference; docs/alarm.md "Rhythms").
+
+Real traffic changes its make-up with the hour, so the share of events any fixed model
+flags moves over the day. Against one daily rate (a_i = f_i - tau n_i) every evening
+looks like a surge. This reference predicts each window from windows already answered,
+person by person, and the alarm's statistic becomes what the window holds beyond that
+prediction.
+
+Statistic. For privacy unit u and window j let A_uj = w_uj - tau x_uj (its weight in the
+window, minus the released baseline rate if it sent an event: x_uj in {0, 1}, at most one
+event per unit per window; A_uj = 0 when it sent none). The unit's prediction for window
+i is a linear combination of its own earlier values,
+
+    B_ui = mean_{Y_i} A_u + mean_{T_i} A_u - mean_{YT_i} A_u     ("rhythm", a day of history)
+    B_ui = mean_{T_i} A_u                                         ("recent", less than a day)
+    B_ui = 0                                                      ("baseline", no history yet)
+
+with T_i the ``recent_windows`` windows before i, Y_i the ``seasonal_windows`` windows
+centred on i one period (a day) earlier and YT_i the recent windows one period earlier:
+yesterday's shape at this hour, moved by how today's last hour differs from yesterday's.
+Windows that paged or held (public answers) are left out of every set, so a surge does not
+become tomorrow's normal. The statistic is
+
+    a_i = sum_u clip(A_ui - B_ui, -(tau + slack), 1 - tau)
+
+in integer units of 1 / RESOLUTION (``A - B`` rounded to the unit, then clipped).
+
+Sensitivity. Adding or removing unit u adds or removes exactly its own term: every other
+unit's term depends on that unit's data and public numbers only (tau, the sets, which are
+chosen from the public answers and the calendar). The clip puts each term in
+[-(tau + slack), 1 - tau], an interval of width 1 + slack that contains 0, whatever B is
+and however it was rounded. So each query moves within [-m', width - m'] with
+width = (1 + slack) RESOLUTION and m' = m + slack RESOLUTION, where m is tau in units:
+AboveThreshold's argument (``AboveThreshold``, width and drift) holds as for the plain
+statistic, at page noise (1 + slack + TAU_BAND) / (1 + TAU_BAND) times wider. The three
+modes share that interval (the plain statistic's [-tau, 1 - tau] lies inside it), so a run
+may move from one to the next. The statistic's DATA never changes the mode: how much
+history there is counts answered windows, a public fact.
+
+Clipping binds rarely on normal traffic: the low end only for a unit whose prediction
+exceeds ``slack`` (three full flags in the last hour, say), the high end only by at most
+tau for a fully flagged event of a unit with no history. The low end lifts the statistic a
+little (a persistently flagged person who goes offline); the threshold's margin covers it.
+
+Without an entity field every event is its own unit and sits in one window only, so its
+term in a later window is -c_j A_uj with |c_j| <= 1 / recent_windows <= slack: no clip can
+bind, and the sum over units is the same combination of window totals, computed directly.
+
+>>> ref = RhythmReference(window_seconds=300, recent_windows=2, seasonal_windows=1, slack=0.5)
+>>> for i in range(3):
+...     ref.learn_one(i, units=np.array([4096, 0]), entities=("a", "b"), paged=False)
+>>> c = ref.compare(3, units=np.array([4096, 4096]), entities=("a", "b"), m=0)
+>>> c.mode, c.statistic   # b is flagged for the first time; a is as usual
+('recent', 4096)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+
+from monitor.alarm.units import RESOLUTION
+
+__all__ = ["RhythmReference", "Comparison", "ReferenceMode"]
+
+ReferenceMode = Literal["baseline", "recent", "rhythm"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One window's statistic against the reference (private: never published) and how it
+    was formed (public). ``variance_factor``: the statistic's normal variance relative to
+    the window's own, 1 + the sum of the prediction's squared coefficients."""
+
+    statistic: int
+    mode: ReferenceMode
+    variance_factor: float
+
+
+class RhythmReference:
+    """Each unit's recent and day-ago windows, kept to predict the next window.
+
+    Parameters
+    ----------
+    window_seconds, period_seconds:
+        The window grid and the rhythm's period (a day); the seasonal mode needs a period
+        of a whole number of windows.
+    recent_windows:
+        Windows in T_i, the recent level (and in YT_i). At least half of them must have
+        been answered (not paged) for the recent mode.
+    seasonal_windows:
+        Windows in Y_i, centred on the same hour a period earlier (odd; an even number is
+        made odd by one). At least half of them, and of YT_i, for the rhythm mode.
+    slack:
+        How far below -tau a unit's term may go: the interval is [-(tau + slack), 1 - tau].
+        Must be at least 1 / recent_windows, so that events without an entity never clip.
+    resolution:
+        Integer units per event weight.
+    """
+
+    def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 13,
+                 slack: float = 0.25, period_seconds: float = 86400.0, resolution: int = RESOLUTION) -> None:
+        if int(recent_windows) != recent_windows or recent_windows < 1:
+            raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
+        if int(seasonal_windows) != seasonal_windows or seasonal_windows < 1:
+            raise ValueError(f"seasonal_windows must be a positive integer, got {seasonal_windows!r}")
+        if not (math.isfinite(slack) and 1.0 / recent_windows <= slack <= 1.0):
+            raise ValueError(f"slack must be in [1 / recent_windows, 1], got {slack!r}")
+        self.window_seconds = float(window_seconds)
+        self.recent_windows = int(recent_windows)
+        self.half_seasonal = int(seasonal_windows) // 2
+        self.slack = float(slack)
+        self.resolution = int(resolution)
+        ratio = float(period_seconds) / self.window_seconds
+        # A period of a whole number of windows, longer than what it is compared with.
+        self.period = round(ratio) if abs(ratio - round(ratio)) < 1e-9 and round(ratio) > self.recent_windows + self.half_seasonal else None
+        self._ids: dict[str, int] = {}
+        # window index -> (unit ids, weight units, paged); arrays are never changed in place.
+        self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
+
+    @property
+    def width_units(self) -> int:
+        """Width of the interval one unit moves the statistic in, in 1 / resolution: (1 + slack) resolution."""
+        return self.resolution + self.slack_units
+
+    @property
+    def slack_units(self) -> int:
+        return math.ceil(self.slack * self.resolution)
+
+    def window_index(self, window_start: float) -> int:
+        """The window's place on the epoch-aligned grid (public)."""
+        return int(math.floor(window_start / self.window_seconds + 1e-9))
+
+    # -- history ----------------------------------------------------------------------
+    def learn_one(self, index: int, units: np.ndarray, entities: Sequence[str | None], paged: bool) -> None:
+        """Remember window ``index`` after it was answered; ``paged``: it paged or held (left out)."""
+        units = np.asarray(units, dtype=np.int64).reshape(-1)
+        self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
+        keep_from = int(index) - (self.period or 0) - self.recent_windows - self.half_seasonal
+        for old in [k for k in self._windows if k < keep_from]:
+            del self._windows[old]
+        if len(self._ids) > 4 * max(1, sum(v[0].size for v in self._windows.values())) + 1024:
+            self._compact()
+
+    def forget(self) -> None:
+        """Drop all history (a restart starts from the plain baseline statistic)."""
+        self._windows.clear()
+        self._ids.clear()
+
+    def _unit_ids(self, entities: Sequence[str | None], n: int) -> np.ndarray:
+        if not entities or any(e is None for e in entities):
+            return np.full(n, -1, dtype=np.int64)  # each event its own unit
+        if len(entities) != n:
+            raise ValueError("one entity per event is needed")
+        get = self._ids.setdefault
+        return np.fromiter((get(e, len(self._ids)) for e in entities), dtype=np.int64, count=n)
+
+    def _compact(self) -> None:
+        """Renumber the units still in the history (units that left long ago are forgotten)."""
+        alive = sorted({int(u) for ids, _, _ in self._windows.values() for u in ids if u >= 0})
+        new = {old: i for i, old in enumerate(alive)}
+        names = {i: e for e, i in self._ids.items()}
+        self._ids = {names[old]: i for old, i in new.items()}
+        lookup = np.full(max(alive, default=-1) + 2, -1, dtype=np.int64)
+        for old, i in new.items():
+            lookup[old] = i
+        self._windows = {k: (np.where(ids >= 0, lookup[ids], -1), u, p) for k, (ids, u, p) in self._windows.items()}
+
+    def __deepcopy__(self, memo: dict) -> "RhythmReference":
+        # The releaser snapshots state before each window; the stored arrays are never
+        # changed in place, so copying the containers is a deep copy.
+        out = object.__new__(RhythmReference)
+        out.__dict__.update(self.__dict__)
+        out._ids = dict(self._ids)
+        out._windows = dict(self._windows)
+        return out
+
+    # -- the comparison ---------------------------------------------------------------
+    def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], float]]]:
+        """The mode and the prediction's (windows, coefficient) parts: public (the calendar
+        and which windows were answered without a page)."""
+        def used(lo: int, hi: int) -> list[int]:
+            return [j for j in range(lo, hi) if j in self._windows and not self._windows[j][2]]
+
+        recent = used(index - self.recent_windows, index)
+        if 2 * len(recent) < self.recent_windows:
+            return "baseline", []
+        if self.period is not None:
+            day = index - self.period
+            same = used(day - self.half_seasonal, day + self.half_seasonal + 1)
+            before = used(day - self.recent_windows, day)
+            if 2 * len(same) >= 2 * self.half_seasonal + 1 and 2 * len(before) >= self.recent_windows:
+                return "rhythm", [(same, 1.0 / len(same)), (recent, 1.0 / len(recent)), (before, -1.0 / len(before))]
+        return "recent", [(recent, 1.0 / len(recent))]
+
+    def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int) -> Comparison:
+        """Window ``index``'s statistic, in integer units, for the baseline rate ``m`` (tau in
+        1 / resolution). Private: only the alarm's noisy answer about it is published."""
+        units = np.asarray(units, dtype=np.int64).reshape(-1)
+        m = int(m)
+        mode, parts = self._sets(int(index))
+        plain = int(units.sum()) - m * int(units.size)
+        if not parts:
+            return Comparison(plain, "baseline", 1.0)
+        variance = 1.0 + sum(len(ws) * c * c for ws, c in parts)
+        ids_now = self._unit_ids(entities, units.size) if entities else np.full(units.size, -1, dtype=np.int64)
+        if (units.size and ids_now[0] < 0) or not self._ids:
+            # Events are their own units: a window total minus the combination of totals
+            # (no clip can bind, see the module docstring).
+            pred = 0.0
+            for ws, c in parts:
+                pred += c * sum(int(self._windows[j][1].sum()) - m * int(self._windows[j][1].size) for j in ws)
+            return Comparison(plain - int(np.rint(pred)), mode, variance)
+        n_units = len(self._ids)
+        a_now = np.bincount(ids_now, weights=(units - m).astype(float), minlength=n_units)
+        pred = np.zeros(n_units)
+        for ws, c in parts:
+            for j in ws:
+                ids, u, _ = self._windows[j]
+                ok = ids >= 0
+                pred += c * np.bincount(ids[ok], weights=(u[ok] - m).astype(float), minlength=n_units)
+        terms = np.clip(np.rint(a_now - pred), -(m + self.slack_units), self.resolution - m)
+        return Comparison(int(terms.sum(dtype=np.int64)), mode, variance)

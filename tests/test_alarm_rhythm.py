@@ -1,0 +1,134 @@
+"""The alarm's rhythm reference (monitor.alarm.reference): one person's reach, the modes,
+and that it follows a daily rhythm the plain daily rate does not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.alarm import RESOLUTION, BaselineEstimate, RhythmReference, SurgeAlarm
+
+R = RESOLUTION
+
+
+def _history(rng, n_people, n_windows, p_present=0.8, p_flag=0.1, heavy=()):
+    """Per window: (entities, units). ``heavy`` people weigh fully whenever present."""
+    out = []
+    for _ in range(n_windows):
+        ents, units = [], []
+        for p in range(n_people):
+            if rng.random() < p_present:
+                ents.append(f"p{p}")
+                if p in heavy:
+                    units.append(R)
+                elif rng.random() < p_flag:
+                    units.append(int(rng.choice([R, R // 2, 1, R - 1, int(rng.integers(0, R + 1))])))
+                else:
+                    units.append(0)
+        out.append((tuple(ents), np.array(units, dtype=np.int64)))
+    return out
+
+
+def _without(window, person):
+    ents, units = window
+    keep = [i for i, e in enumerate(ents) if e != person]
+    return tuple(ents[i] for i in keep), units[keep]
+
+
+def _statistic(history, index, now, m, paged=(), **kw):
+    ref = RhythmReference(window_seconds=300, period_seconds=300 * 8, **kw)
+    for j, (ents, units) in enumerate(history):
+        ref.learn_one(j, units, ents, paged=j in paged)
+    return ref.compare(index, now[1], now[0], m)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("m", [0, 1, 164, R // 2, R])
+def test_one_person_moves_the_statistic_within_its_interval(seed, m):
+    """Removing one person (all of their events, in every window) moves the statistic by an
+    integer in [-(m + slack), R - m]: heavy people, partial weights, absences, paged windows,
+    and every mode."""
+    rng = np.random.default_rng(seed)
+    kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
+    slack = RhythmReference(300, **kw).slack_units
+    history = _history(rng, 12, 14, heavy=(0, 3))
+    now = _history(rng, 12, 1, heavy=(0,))[0]
+    paged = {int(rng.integers(0, 14))}
+    modes = set()
+    for index in (1, 6, 14):  # baseline, recent, rhythm (a period of 8 windows)
+        full = _statistic(history[:index], index, now, m, paged=paged, **kw)
+        modes.add(full.mode)
+        for person in [f"p{p}" for p in range(12)]:
+            less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, paged=paged, **kw)
+            assert less.mode == full.mode  # the mode is the calendar's, not the data's
+            move = full.statistic - less.statistic
+            assert isinstance(move, int)
+            assert -(m + slack) <= move <= R - m, (index, person, move)
+    assert modes == {"baseline", "recent", "rhythm"}
+
+
+def test_events_without_an_entity_are_their_own_units():
+    """Without an entity field the combination of window totals equals the per-unit sum
+    with every event its own unit (no clip can bind), so the reach is the same."""
+    rng = np.random.default_rng(5)
+    kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
+    windows = [np.array(rng.integers(0, R + 1, size=int(rng.integers(5, 20))) * (rng.random(1) < 0.5)) for _ in range(14)]
+    anon = RhythmReference(300, period_seconds=2400, **kw)
+    named = RhythmReference(300, period_seconds=2400, **kw)
+    for j, u in enumerate(windows):
+        anon.learn_one(j, u, (), paged=False)
+        named.learn_one(j, u, tuple(f"w{j}e{i}" for i in range(u.size)), paged=False)
+    now = np.array(rng.integers(0, R + 1, size=9))
+    a = anon.compare(14, now, (), m=300)
+    b = named.compare(14, now, tuple(f"now{i}" for i in range(now.size)), m=300)
+    assert a.mode == b.mode == "rhythm"
+    assert abs(a.statistic - b.statistic) <= 40  # rounding per unit against rounding once
+
+
+def test_modes_need_answered_windows():
+    """Paged windows are left out: with too few answered ones the reference falls back."""
+    ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=2400)
+    for j in range(4):
+        ref.learn_one(j, np.array([R]), ("a",), paged=j < 3)
+    assert ref.compare(4, np.array([0]), ("a",), 0).mode == "baseline"
+    ref.learn_one(4, np.array([0]), ("a",), paged=False)
+    assert ref.compare(5, np.array([0]), ("a",), 0).mode == "recent"
+
+
+def test_follows_a_daily_rhythm_the_daily_rate_misses():
+    """A flagged share that swings 2.5x over the day: the reference's statistic stays near 0
+    at every hour; the plain f - tau n swings by far more than its own spread."""
+    rng = np.random.default_rng(0)
+    P, people = 48, 600
+    ref = RhythmReference(300, recent_windows=6, seasonal_windows=5, slack=0.25, period_seconds=300 * P)
+    rates = 0.02 * np.exp(0.6 * np.sin(2 * np.pi * np.arange(3 * P) / P))
+    tau_units = round(float(rates.mean()) * R)
+    ents = tuple(f"p{i}" for i in range(people))
+    against, plain = [], []
+    for j, rate in enumerate(rates):
+        units = (rng.random(people) < rate).astype(np.int64) * R
+        if j >= 2 * P:
+            c = ref.compare(j, units, ents, tau_units)
+            assert c.mode == "rhythm"
+            against.append(c.statistic / R)
+            plain.append(float(units.sum() - tau_units * people) / R)
+        ref.learn_one(j, units, ents, paged=False)
+    spread = np.sqrt(people * rates.mean())
+    assert abs(np.mean(against)) < 0.5 * spread
+    assert np.std(against) < 1.6 * spread
+    assert np.std(plain) > 1.5 * spread
+
+
+def test_surge_alarm_noise_covers_the_slack():
+    """The run's noise is sized for the widened interval, and the derived threshold grows with it."""
+    base = BaselineEstimate(rate=0.04, events_per_window=1500, span_start=0, span_end=86400, span_windows=288,
+                            epsilon=0.1, rate_error=0.001)
+    plain = SurgeAlarm(0.6, 0.5, None, rng=1)
+    wide = SurgeAlarm(0.6, 0.5, None, rng=1, slack_units=RhythmReference(300).slack_units)
+    assert wide.svt.width == R + RhythmReference(300).slack_units
+    assert wide.window_threshold(base) > plain.window_threshold(base)
+
+
+def test_slack_must_cover_anonymous_events():
+    with pytest.raises(ValueError, match="slack"):
+        RhythmReference(300, recent_windows=2, slack=0.25)
