@@ -421,3 +421,31 @@ def test_a_model_fitted_on_the_bundled_reference_is_not_reported_blind(tmp_path)
                                   + "\n".join(f"{80 + i % 10},97,34.0,{34 + i % 5},1.0" for i in range(50)) + "\n")
     score = monitor("score", "--input", "far.csv", cwd=work)
     assert score.returncode == 0 and re.search(r"flagged \(score > [\d.]+\): (4\d|50) ", score.stdout), score.stdout
+
+
+def test_an_iso_timestamp_in_the_future_is_logged_with_its_cause(workdir, kafka_bootstrap):
+    """It was logged as `reason bad_timestamp (no field)`, while the dead letter's header said why."""
+    import datetime
+
+    config = workdir / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["stream"]["bootstrap_servers"] = kafka_bootstrap
+    topic = data["stream"]["input_topic"] = f"fh-{os.getpid()}-{time.monotonic_ns()}.events"
+    data["stream"]["group_id"] = topic + "-group"
+    config.write_text(yaml.safe_dump(data))
+    log = workdir / "run.log"
+    proc = start_monitor("run", cwd=workdir, log=log)
+    try:
+        wait_for(lambda: "caught up" in log.read_text() or proc.poll() is not None, 60, "the monitor to start")
+        producer = make_producer(kafka_bootstrap)
+        tomorrow = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)).isoformat()
+        for _ in range(5):
+            producer.send(topic, json.dumps({"hr": 70, "spo2": 97, "ts": tomorrow}).encode())
+        producer.flush()
+        producer.close()
+        wait_for(lambda: "bad_timestamp" in log.read_text(), 90, "the warning")
+    finally:
+        stop(proc)
+    line = next(w for w in log.read_text().splitlines() if "bad_timestamp" in w)
+    assert "(field 'ts')" in line and "in the future: beyond the acceptance horizon" in line, line
+    assert "no field" not in line and tomorrow[:10] not in line  # the cause, never the value

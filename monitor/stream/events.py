@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from typing_extensions import NotRequired, TypedDict
 
-__all__ = ["Event", "EventBatch", "EventSchema", "InvalidEvent", "DEAD_LETTER_REASONS"]
+__all__ = ["Event", "EventBatch", "EventSchema", "InvalidEvent", "DEAD_LETTER_REASONS", "HORIZON_HINT"]
 
 DEAD_LETTER_REASONS = ("bad_json", "not_object", "missing_field", "wrong_type", "not_finite", "too_large", "bad_timestamp")
 
@@ -47,6 +47,9 @@ ID_FIELD = "id"
 # Epoch seconds beyond this (the year 5138) are epoch milliseconds sent by mistake.
 MILLISECONDS_ABOVE = 1e11
 _MS_HINT = "looks like milliseconds since the epoch: send seconds (milliseconds / 1000) or ISO 8601"
+# Why an event with a readable timestamp is refused all the same (stage 1's horizon check).
+HORIZON_HINT = ("in the future: beyond the acceptance horizon (when the record was appended + window + lateness); "
+                "check the producer's clock and its time zone (ISO 8601 without an offset is read as UTC)")
 
 
 class InvalidEvent(ValueError):

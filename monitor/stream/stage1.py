@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.stream.events import InvalidEvent
+from monitor.stream.events import HORIZON_HINT, InvalidEvent
 from monitor.stream.publisher import SEND_TIMEOUT_S
 from monitor.stream.shards import dumps, encode_marker, encode_shard
 from monitor.stream.windows import Selection, WindowStore, take as _take
@@ -459,7 +459,8 @@ class Stage1:
                 for i in np.flatnonzero(~ok).tolist():
                     rec = records[i if keep is None else int(keep[i])]
                     rejected.append((rec, InvalidEvent("bad_timestamp", f"{ts[i]:.3f} is beyond the acceptance horizon "
-                                                       f"{horizon[i]:.3f} (record time + window + lateness)")))
+                                                       f"{horizon[i]:.3f} (record time + window + lateness)",
+                                                       svc.schema.timestamp_field, HORIZON_HINT)))
                     dead["bad_timestamp"] += 1
                 sel = np.flatnonzero(ok)
                 keep = sel if keep is None else keep[sel]
