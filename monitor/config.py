@@ -521,14 +521,15 @@ def _key_path(loc: tuple, data: Any) -> str:
 
 
 def _format_error(err: ValidationError, source: str, data: Any = None) -> str:
-    lines = [f"invalid configuration in {source}:"]
+    """One line (the CLI prints a user error as one line): each bad key and its problem, "; " between them."""
+    problems = []
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = _RENAMED.get(path, "unknown key (check its spelling)")
-        lines.append(f"  {_key_path(e['loc'], data) or '(top level)'}: {msg}")
-    return "\n".join(lines)
+        problems.append(f"{_key_path(e['loc'], data) or '(top level)'}: {' '.join(msg.split())}")
+    return f"invalid configuration in {source}: " + "; ".join(problems)
 
 
 def parse_config(data: Any, source: str = "<config>") -> MonitorConfig:

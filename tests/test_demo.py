@@ -87,3 +87,8 @@ def test_monitor_demo_pages_on_the_burst_end_to_end_without_a_terminal(tmp_path)
     dead = int(re.search(r"(\d+) dead letters", out).group(1))
     assert dead == int(sent.group(2)), out
     assert (tmp_path / "config.yaml").exists() and (tmp_path / "model.json").exists()
+    # The showcase is clean: the fit's calibration holds enough rows for the alarm's level,
+    # and no publication is called late for being on time.
+    assert "warning:" not in out + proc.stderr and "too few held-apart rows" not in out + proc.stderr, out + proc.stderr
+    assert "calibration (alarm.contamination 0.02)" in out and "sight: the model can flag" in out, out
+    assert "published 0.0 s after" not in out + proc.stderr

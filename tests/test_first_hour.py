@@ -449,3 +449,22 @@ def test_an_iso_timestamp_in_the_future_is_logged_with_its_cause(workdir, kafka_
     line = next(w for w in log.read_text().splitlines() if "bad_timestamp" in w)
     assert "(field 'ts')" in line and "in the future: beyond the acceptance horizon" in line, line
     assert "no field" not in line and tomorrow[:10] not in line  # the cause, never the value
+
+
+def test_a_publication_at_its_scheduled_time_is_not_called_late():
+    """`published 0.0 s after its scheduled time ... raise it` was logged for a publication on time."""
+    from monitor.stream.publisher import LATE_TOLERANCE_S, late_by
+
+    due = 1_763_700_005.0
+    assert late_by(due, due) is None and late_by(due, due + 0.04) is None and late_by(due, due - 3) is None
+    assert f"{LATE_TOLERANCE_S:.1f}" != "0.0"  # whatever is called late prints as at least 0.1 s
+    assert late_by(due, due + 27.8) == pytest.approx(27.8)
+
+
+@pytest.mark.parametrize("command", ["run", "budget", "fit --reference normal.csv"])
+def test_a_misspelt_key_stops_every_command_with_one_line(workdir, command):
+    """The README says a bad key "stops it with one line naming the key"; it printed two."""
+    set_key(workdir / "config.yaml", "window", "size_second", 5)
+    res = monitor(*command.split(), cwd=workdir)
+    line = one_line_error(res, "window.size_second: unknown key")
+    assert res.stderr.strip() == line and not res.stdout.strip(), (res.stdout, res.stderr)

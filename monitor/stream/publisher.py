@@ -29,6 +29,20 @@ log = logging.getLogger("monitor.stream")
 __all__ = ["WindowPublisher", "SEND_TIMEOUT_S", "release_summary"]
 
 SEND_TIMEOUT_S = 30.0
+# A publication this close to its scheduled time is on time: waking up from the wait, or a
+# release that ends just as its time comes, is not a delay anyone can act on (it was logged
+# as "published 0.0 s after its scheduled time").
+LATE_TOLERANCE_S = 0.1
+
+
+def late_by(released_at: float, now: float) -> float | None:
+    """Seconds a publication at ``now`` comes after its scheduled time, None when on time.
+
+    >>> late_by(100.0, 100.04) is None, late_by(100.0, 99.0) is None, late_by(100.0, 102.5)
+    (True, True, 2.5)
+    """
+    late = now - released_at
+    return late if late >= LATE_TOLERANCE_S else None
 
 
 def release_summary(record: dict) -> str:
@@ -106,13 +120,14 @@ class WindowPublisher:
         if entry.released:
             # A replayed window that was already published needs nothing more.
             if not entry.published:
-                wait = released_at - time.time()
-                if wait > 0:
-                    self._stop.wait(wait)
-                elif not outcome.replayed:
+                now = time.time()
+                late = late_by(released_at, now)
+                if released_at > now:
+                    self._stop.wait(released_at - now)
+                elif late is not None and not outcome.replayed:
                     self.metrics.late_publications.inc()
                     log.warning("window [%s, %s) published %.1f s after its scheduled time: the release took longer than "
-                                "window.publish_delay_seconds (%g s); raise it", iso(window.start), iso(window.end), -wait,
+                                "window.publish_delay_seconds (%g s); raise it", iso(window.start), iso(window.end), late,
                                 cfg.publish_delay_seconds)
                 self.publish(entry, republished=outcome.replayed)
         elif not outcome.replayed:
