@@ -370,7 +370,7 @@ class BudgetSettings(_Strict):
     period_seconds: float = Field(86400.0, gt=0, description="Rolling period the budget applies to.")
     epsilon: float = Field(12.0, gt=0, description="Total epsilon per privacy unit per period.")
     delta: float = Field(1e-6, ge=0, lt=1, description="Total delta per privacy unit per period.")
-    accountant: Literal["basic", "pld"] = Field("basic", description="Composition: basic sums, or privacy-loss distributions (tighter; the alarm's run and page charges are still summed).")
+    accountant: Literal["basic", "pld"] = Field("basic", description="Composition: basic sums, or privacy-loss distributions. Every charge of the stream (alarm runs and pages, baselines, reports) is adaptively triggered and no PLD filter theorem covers it, so under either it is summed: pld spends as basic does (docs/budget.md).")
     lifetime_epsilon: float | None = Field(
         None, gt=0,
         description="Optional cap on everything this ledger ever charges (summed): the period budget bounds one period, "
