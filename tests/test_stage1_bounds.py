@@ -6,6 +6,7 @@ No broker: ``Stage1._parse_values`` and ``WindowStore.select`` on their own.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -100,3 +101,78 @@ def test_duplicates_and_records_created_after_the_close_are_dropped_before_scori
     # Late by its record's creation time however early it is read: the window is still open here.
     assert store.add_one(16.0, (0.0,), False, event_id="x", entity="c", created=22.0) == LATE
     assert store.add_one(16.0, (0.0,), False, event_id="y", entity="c", created=21.9) == ACCEPTED
+
+
+def _cut_stage(size: float, lateness: float, first_start: float, assigned_at: float, cuts: dict[int, int]):
+    """A stage with one partition's window store and recorded cuts, as the watcher leaves them."""
+    import threading
+
+    stage = Stage1.__new__(Stage1)  # no consumer, no producers: the log bounds only
+    stage.size, stage.lateness = size, lateness
+    stage.service = SimpleNamespace(_stop=threading.Event())
+    stage._lock = threading.Lock()
+    tp = ("events", 0)
+    stage.stores = {tp: WindowStore(size, lateness, first_start)}
+    stage._assigned_at, stage._cuts, stage._owned, stage._targets = {tp: assigned_at}, {tp: dict(cuts)}, {tp}, {}
+    return stage, tp
+
+
+def test_a_records_window_and_append_bound_do_not_depend_on_when_it_is_read():
+    # Window 5 is [50, 60), closing at 62; its cut (the log end then) is offset 6, window 6's is 12.
+    offsets = np.arange(10)
+    ts = np.full(10, 55.0)
+    # Read during window 5 (offsets 0-5 only exist yet): nothing is past a cut, and each was
+    # appended before window 5's close.
+    early, tp = _cut_stage(10, 2, 50, 0.0, {})
+    past, first_close = early._log_bounds(tp, early.stores[tp], ts[:6], offsets[:6], now=55.0)
+    assert past is None and first_close.tolist() == [62.0] * 6
+    # Read long after (a slow reader, window 5 still open in its store): the same bound for the
+    # same records, and the records appended after the cut are past it (late), not in window 5.
+    late, tp = _cut_stage(10, 2, 50, 0.0, {5: 6, 6: 12})
+    past, first_close = late._log_bounds(tp, late.stores[tp], ts, offsets, now=80.0)
+    assert past.tolist() == [False] * 6 + [True] * 4
+    assert first_close.tolist() == [62.0] * 6 + [72.0] * 4
+    sel = late.stores[tp].select(ts, past_cut=past)
+    assert sel.counts == {LATE: 4, ACCEPTED: 6} and sel.keep.tolist() == list(range(6))
+    # Window 6 (closed at 72, its cut 12) likewise.
+    past, _ = late._log_bounds(tp, late.stores[tp], np.array([65.0, 65.0]), np.array([11, 12]), now=80.0)
+    assert past.tolist() == [False, True]
+
+
+def test_a_window_closed_before_the_assignment_is_cut_at_the_first_highwater_seen():
+    # Taken over at 75: windows 5 and 6 (closing at 62 and 72) are rebuilt and cut at the
+    # highwater the new owner first saw (20); window 7 (closing at 82) at the watcher's cut.
+    stage, tp = _cut_stage(10, 2, 50, 75.0, {7: 30})
+    stage._targets[tp] = 20
+    ts = np.array([55.0, 55.0, 65.0, 75.0, 75.0])
+    offsets = np.array([19, 20, 25, 29, 30])
+    past, first_close = stage._log_bounds(tp, stage.stores[tp], ts, offsets, now=90.0)
+    assert past.tolist() == [False, True, True, False, True]
+    # The append bound counts the cuts of windows closing after the assignment only.
+    assert first_close.tolist() == [82.0, 82.0, 82.0, 82.0, 92.0]
+
+
+def test_a_cut_the_watcher_records_a_moment_after_the_close_is_waited_for():
+    import threading
+
+    # On the real clock: window n closed just now (its cut is not recorded yet).
+    now = time.time()
+    n = int(np.floor((now - 2) / 10)) - 1
+    stage, tp = _cut_stage(10, 2, n * 10, 0.0, {})
+
+    def watcher():
+        with stage._lock:
+            stage._cuts[tp][n] = 3
+
+    timer = threading.Timer(0.05, watcher)
+    timer.start()
+    try:
+        t0 = time.monotonic()
+        past, first_close = stage._log_bounds(tp, stage.stores[tp], np.full(5, n * 10 + 5.0), np.arange(5), now=now)
+        waited = time.monotonic() - t0
+    finally:
+        timer.cancel()
+    assert waited >= 0.04
+    close = (n + 1) * 10 + 2
+    assert past.tolist() == [False] * 3 + [True] * 2
+    assert first_close.tolist() == [close] * 3 + [close + 10] * 2

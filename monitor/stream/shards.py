@@ -17,7 +17,7 @@ partitions it must wait for, however slow their stage 1 is:
 
 - ``cut``: sent by stage 1 at a window's close time for each partition it owns, with the
   partition's log end (highwater) observed then: "this partition's shard of the window
-  will follow". Stage 2 does not release the window without the shard of a partition
+  will follow, and holds no record at or past this offset". Stage 2 does not release the window without the shard of a partition
   that sent one (docs/scaling.md, "What a window holds"), whatever the grace;
 - ``start``: sent by stage 1 when it takes a partition over, with the first window it
   rebuilds: a cut of an older window from that partition will never be followed by a

@@ -4,17 +4,24 @@ One consumer in the input topic's group (``stream.group_id``); any number of pro
 Per assigned input partition it keeps a :class:`WindowStore`.
 
 What a window holds is decided by the broker's log, not by how fast it is read
-(docs/scaling.md, "What a window holds"): an event belongs to window W when its event
-time is in W and its record was created (Kafka record timestamp) before W's close time
-(end + allowed lateness). At each close time a watcher thread, which does no event work,
-reads every owned partition's log end (highwater, from a fetch response: Tansu's
-list-offsets answers are wrong) with a consumer of its own, and sends a ``cut`` marker
-to the internal topic. The shard of W from partition p (see ``shards``) is sent only
-once the stage has read p up to that cut, however long that takes; stage 2 waits for
-it. Shards are sent keyed by window and acknowledged by the broker; only then is the
-window forgotten and the input offset committed past its events. A crash at any point
-therefore re-reads the events and sends the shard again (a new attempt, which stage 2
-ignores if an earlier one is complete); the same records give the same window.
+(docs/scaling.md, "What a window holds"). At each close time (end + allowed lateness) a
+watcher thread, which does no event work, reads every owned partition's log end
+(highwater, from a fetch response: Tansu's list-offsets answers are wrong) with a
+consumer of its own, records it as the window's *cut* and sends a ``cut`` marker to the
+internal topic. An event belongs to window W when its event time is in W, its record was
+created (Kafka record timestamp) before W's close and lies before W's cut. A record read
+before W's close lies before the cut (the watcher reads the log end after it was
+appended); one read later is compared with the recorded cut, so a record appended after
+the close is never in W, however early the stage reaches it. The acceptance horizon is
+judged against the log too: the earlier of the record's timestamp and the close of the
+first window whose cut lies past the record, never the time of the read. The shard of W
+from partition p (see ``shards``) is sent only once the stage has read p up to that cut,
+however long that takes; stage 2 waits for it. Shards are sent keyed by window and
+acknowledged by the broker; only then is the window forgotten and the input offset
+committed past its events. A crash at any point therefore re-reads the events and sends
+the shard again (a new attempt, which stage 2 ignores if an earlier one is complete);
+the same records give the same window, except that a window which closed before the
+takeover is cut where the new owner first sees the log end (below).
 
 Each person's work is bounded before the costly steps: late events and repeated
 entities are dropped (``WindowStore.select``) before the model scores anything, and a
@@ -288,19 +295,15 @@ class Stage1:
                 cut = cuts.get(n)
                 if cut is None and close > time.time():
                     # Closed early by window.on_stop "release_current": the log end now.
-                    cut = self.consumer.highwater(tp)
+                    cut = self._fallback_cut(tp, n, warn=False)
                     if cut is None:
                         break
                 elif cut is None:
                     if now < close + CUT_TIMEOUT_S:
                         break  # the watcher records it within milliseconds of the close
-                    cut = self.consumer.highwater(tp)
+                    cut = self._fallback_cut(tp, n)
                     if cut is None:
                         break
-                    if (tp, n) not in self._cut_warned:
-                        self._cut_warned.add((tp, n))
-                        log.warning("partition %d: no log end recorded at the close of window [%.0f, %.0f); "
-                                    "cut at the highwater now, %d", tp.partition, window.start, window.end, cut)
                 if position is None:
                     position = self.consumer.position(tp)
                 if position < cut:
@@ -314,6 +317,88 @@ class Stage1:
             if cuts:
                 for n in [n for n in cuts if n <= through]:
                     del cuts[n]
+
+    def _fallback_cut(self, tp, n: int, warn: bool = True) -> int | None:
+        """Record (and return) a cut for window ``n`` that the watcher did not record: the
+        stage's own highwater now, which lies past every record it has read, and never
+        below an earlier window's cut. A cut recorded meanwhile by the watcher wins."""
+        hw = self.consumer.highwater(tp)
+        if hw is None:
+            return None
+        with self._lock:
+            if tp not in self._owned:  # revoked meanwhile: nothing of it is shipped here
+                return None
+            cuts = self._cuts.setdefault(tp, {})
+            if n in cuts:
+                return cuts[n]
+            cut = cuts[n] = max([hw, *(c for m, c in cuts.items() if m < n)])
+        if warn and (tp, n) not in self._cut_warned:
+            self._cut_warned.add((tp, n))
+            log.warning("partition %d: no log end recorded at the close of window [%.0f, %.0f); "
+                        "cut at the highwater now, %d", tp.partition, n * self.size, (n + 1) * self.size, cut)
+        return cut
+
+    def _await_cuts(self, tp, store: WindowStore, missing: list[int]) -> dict[int, int]:
+        """Wait for the watcher to record the cuts of windows ``missing`` (closed already;
+        it reads the log end within milliseconds of a close), falling back on
+        ``_fallback_cut`` at ``CUT_TIMEOUT_S`` past a close or on a stop. Returns the
+        partition's cuts."""
+        stopping = self.service._stop
+        while True:
+            with self._lock:
+                cuts = dict(self._cuts.get(tp, {}))
+                owned = tp in self._owned
+            missing = [n for n in missing if n not in cuts]
+            if not missing or not owned:
+                return cuts
+            now = time.time()
+            overdue = [n for n in missing if stopping.is_set() or now >= store.close_time(n) + CUT_TIMEOUT_S]
+            if overdue:
+                for n in overdue:
+                    if self._fallback_cut(tp, n) is None:
+                        missing.remove(n)  # no highwater yet: these records are judged without it
+                continue
+            time.sleep(0.002)
+
+    def _log_bounds(self, tp, store: WindowStore, ts: np.ndarray, offsets: np.ndarray,
+                    now: float) -> tuple[np.ndarray | None, np.ndarray]:
+        """What the log says about each record of one partition's batch, read by ``now``.
+
+        Returns (past_cut, first_close): whether the record lies at or past its event's
+        window's cut (None: none does), and the close time of the first window (closing
+        after this process took the partition) whose cut lies past the record: the record
+        was appended before then. Both depend on the record's offset and the cuts only,
+        never on when the record is read: a record read before a close lies before that
+        close's cut, and one read after it is compared with the recorded cut (waiting a
+        moment for the watcher when the close has just passed).
+        """
+        size, lateness = self.size, self.lateness
+        m_open = math.floor((now - lateness) / size)  # the first window whose close is after now
+        with self._lock:
+            assigned_at = self._assigned_at.get(tp, 0.0)
+            cuts = dict(self._cuts.get(tp, {}))
+        m_owned = math.floor((assigned_at - lateness) / size)  # the first window closing after the assignment
+        lo = max(store.next_index, m_owned)  # earlier windows are shipped (their cuts are below the position) or not ours
+        missing = [n for n in range(lo, m_open) if n not in cuts]
+        if missing:
+            cuts = self._await_cuts(tp, store, missing)
+        known = sorted((n, c) for n, c in cuts.items() if lo <= n < m_open)
+        ns = np.asarray([n for n, _ in known] + [m_open], dtype=np.int64)
+        ends = np.maximum.accumulate(np.asarray([c for _, c in known] + [np.iinfo(np.int64).max], dtype=np.int64))
+        first = ns[np.searchsorted(ends, offsets, side="right")]
+        first_close = (first + 1) * size + lateness
+        idx = np.floor(ts / size).astype(np.int64)
+        closed = (idx >= store.next_index) & (idx < m_open)
+        if not closed.any():  # the usual case: every event's window is still open
+            return None, first_close
+        # A window closed before the assignment is cut at the highwater the stage first saw.
+        target = self._targets.get(tp)
+        if target is None and m_owned > store.next_index:
+            target = self._targets[tp] = self.consumer.highwater(tp)
+        before = idx < m_owned
+        past = np.where(before, offsets >= (target if target is not None else np.iinfo(np.int64).max), first > idx)
+        past &= closed & (before | np.isin(idx, ns[:-1]))  # a window with no cut at all (no highwater yet) excludes nothing
+        return (past if past.any() else None), first_close
 
     def send_markers(self) -> None:
         """Send the queued ``start`` markers (partitions taken over) to the internal topic."""
@@ -369,7 +454,8 @@ class Stage1:
             producer.send(self.config.stream.shard_topic, value=dumps(chunk), key=json.dumps(start).encode())
             with self._lock:
                 if tp in self._owned:
-                    self._cuts.setdefault(tp, {})[n] = end
+                    # A cut the stage already fell back on (and compared records with) stays.
+                    self._cuts.setdefault(tp, {}).setdefault(n, end)
 
     def _log_ends(self, tps: list, positions: dict) -> dict:
         """Each partition's highwater from a fetch sent now, by a consumer of its own (no group)."""
@@ -444,30 +530,38 @@ class Stage1:
             at += n
             offsets = np.asarray(_column(records, "offset"), dtype=np.int64)
             created = self._kafka_times(records, None)
-            if (created < 0).any():  # a record with no timestamp (old message format): read time
-                created = np.where(created < 0, now, created)
             if keep is not None:
                 offsets, created = offsets[keep], created[keep]
             if None in ids:
                 ids = [i if i is not None else f"{tp.partition}:{o}" for i, o in zip(ids, offsets.tolist())]
-            # The acceptance horizon from the record's own creation time, so it does not
-            # move with the time the record is read (the clock caps a producer's clock
-            # that runs ahead).
-            horizon = np.minimum(created, now) + self.size + self.lateness
+            past_cut, first_close = self._log_bounds(tp, store, ts, offsets, now)
+            # The acceptance horizon from the log, never from the time of the read: the
+            # record's timestamp, capped (a producer's clock that runs ahead) by the close
+            # before which the record was appended. A record with no timestamp (old message
+            # format) has only the cap, and only the cut decides whether it is late.
+            untimed = created < 0
+            if untimed.any():
+                appended = np.where(untimed, first_close, np.minimum(created, first_close))
+                created = np.where(untimed, -np.inf, created)
+            else:
+                appended = np.minimum(created, first_close)
+            horizon = appended + self.size + self.lateness
             ok = ts < horizon
             if not ok.all():
                 for i in np.flatnonzero(~ok).tolist():
                     rec = records[i if keep is None else int(keep[i])]
                     rejected.append((rec, InvalidEvent("bad_timestamp", f"{ts[i]:.3f} is beyond the acceptance horizon "
-                                                       f"{horizon[i]:.3f} (record time + window + lateness)",
+                                                       f"{horizon[i]:.3f} (the earlier of the record's timestamp and the "
+                                                       "close it was appended before, + window + lateness)",
                                                        svc.schema.timestamp_field, HORIZON_HINT)))
                     dead["bad_timestamp"] += 1
                 sel = np.flatnonzero(ok)
                 keep = sel if keep is None else keep[sel]
                 rows, offsets, ts, created = rows[sel], offsets[sel], ts[sel], created[sel]
+                past_cut = None if past_cut is None else past_cut[sel]
                 ids = _take(ids, sel)
                 entities = None if entities is None else _take(entities, sel)
-            selection = store.select(ts, entities=entities, created=created)
+            selection = store.select(ts, entities=entities, created=created, past_cut=past_cut)
             counts.update(selection.counts)
             if selection.keep is not None:
                 k = selection.keep

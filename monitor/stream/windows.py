@@ -6,10 +6,12 @@ in order from ``first_start`` on, empty or not: whether a window is released mus
 reveal whether anyone was in it.
 
 An event is *late* when its window is before the next window to close (already closed,
-or before the first scheduled one), or when its record was created (``created``: the
-Kafka record's timestamp) at or after its window's close time: the second rule is a
-property of the broker's log alone, so which events a window holds does not depend on
-how fast they are read (docs/scaling.md, "What a window holds"). With an entity field,
+or before the first scheduled one), when its record was created (``created``: the Kafka
+record's timestamp) at or after its window's close time, or when its record lies at or
+past its window's cut (``past_cut``: the partition's log end at the close, which stage 1
+records). The last two rules are properties of the broker's log alone, so which events a
+window holds does not depend on how fast they are read (docs/scaling.md, "What a window
+holds"). With an entity field,
 the first event of each entity in a window is kept and later ones are *duplicates*
 (contribution bounding); ``select`` decides both before the caller scores anything.
 
@@ -171,7 +173,8 @@ class WindowStore:
         return (index + 1) * self.size + self.allowed_lateness
 
     def horizon(self, now: float) -> float:
-        """Event times at or beyond this are too far in the future to accept."""
+        """Event times at or beyond this are too far in the future for a record appended
+        by ``now`` (stage 1 puts the log's bound on the append time in place of ``now``)."""
         return now + self.size + self.allowed_lateness
 
     def add_one(
@@ -236,20 +239,24 @@ class WindowStore:
         self.insert(sel, X, flagged, event_ids=event_ids, entities=entities, partition=partition, offsets=offsets)
         return sel.counts
 
-    def select(self, ts: np.ndarray, *, entities: list | None = None, created: np.ndarray | None = None) -> Selection:
+    def select(self, ts: np.ndarray, *, entities: list | None = None, created: np.ndarray | None = None,
+               past_cut: np.ndarray | None = None) -> Selection:
         """Decide which events of a batch are kept, before anything costly is done with them.
 
-        Late events (window already shipped, or record created at or after the window's
-        close time) and repeated entities (one event per entity per window, the first in
-        arrival order) are dropped here; the kept events' entities are claimed in their
-        windows, so ``insert`` must follow with the kept events. One person's flood of
-        duplicates therefore costs a set lookup per event, never a model score.
+        Late events (window already shipped, record created at or after the window's
+        close time, or record at or past the window's cut: ``past_cut``, a bool per event)
+        and repeated entities (one event per entity per window, the first in arrival
+        order) are dropped here; the kept events' entities are claimed in their windows,
+        so ``insert`` must follow with the kept events. One person's flood of duplicates
+        therefore costs a set lookup per event, never a model score.
 
         >>> store = WindowStore(size=60, allowed_lateness=5, first_start=0)
         >>> sel = store.select(np.array([1.0, 2.0, 61.0, 3.0]), entities=["p", "p", "p", "q"],
         ...                    created=np.array([1.0, 2.0, 61.0, 66.0]))
         >>> sel.keep.tolist(), sel.windows, sel.counts
         ([0, 2], [(0, 1), (1, 1)], {'late': 1, 'accepted': 2, 'duplicate_entity': 1})
+        >>> store.select(np.array([5.0, 6.0]), past_cut=np.array([False, True])).counts
+        {'late': 1, 'accepted': 1}
         """
         n_events = len(ts)
         counts = {LATE: 0, ACCEPTED: 0, DUPLICATE_ENTITY: 0}
@@ -261,6 +268,10 @@ class WindowStore:
             # The log decides: a record created after its window's close is late for
             # every reader, fast or slow (created is per record, not the clock of the read).
             late |= created >= (idx + 1) * self.size + self.allowed_lateness
+        if past_cut is not None:
+            # Appended after the log end at the close: never in the window, however early
+            # the reader reaches it.
+            late |= past_cut
         first, last = int(idx.min()), int(idx.max())
         groups: list[tuple[int, np.ndarray | None]]
         if first == last and not late.any():  # the usual case: one window, no index arrays
