@@ -61,3 +61,17 @@ def test_readme_producer_snippet_reaches_the_embedded_broker_as_written():
     snippet = re.search(r'KafkaProducer\(bootstrap_servers="([^"]+)"', own).group(1)
     assert snippet == f"localhost:{DEFAULT_EMBEDDED_PORT}"
     assert f"bootstrap_servers: localhost:{DEFAULT_EMBEDDED_PORT}" in own
+
+
+def test_readme_names_the_check_of_a_fitted_model_and_explains_the_demo_output():
+    """The five steps had no `monitor score`, the only command that showed a blind model; the
+    demo output's `page (held)` was not explained."""
+    from monitor.docs import current_block
+
+    own = current_block("own-topic", REPO / "README.md")
+    fit_step = own[own.index("\n2. "):own.index("\n3. ")]
+    assert "monitor score --input" in fit_step and "nearly blind" in fit_step, fit_step
+    quick = current_block("quickstart", REPO / "README.md")
+    assert "alarm page (held)" in quick
+    after = " ".join(quick[quick.index("```\n\n"):].split())
+    assert "`page (held)`: the page holds for `alarm.hold_windows` windows at no new cost" in after, after
