@@ -149,7 +149,27 @@ def test_a_backtest_charges_the_inputs_own_ledger_which_remembers_and_lists_each
     assert f"{total:.4g} since the ledger began" in out, out
     with WindowLedger(ledger) as led:
         assert led.total_epsilon() == total
-    assert sorted(p.name for p in (workdir / "backtest-ledgers").iterdir() if "events-" in p.name) == [ledger.name]
+
+    # another setting on the same data: --redraw draws afresh, charged on top of the first draw
+    redrawn = _run(workdir, "bt.jsonl", "--redraw", start=start, end=end)
+    assert redrawn.returncode == 0, redrawn.stderr
+    draw2 = ledger.with_name(ledger.stem + ".draw2.sqlite")
+    assert f"a fresh draw in {draw2.relative_to(workdir)}" in redrawn.stderr, redrawn.stderr
+    fresh = (workdir / "bt.jsonl").read_bytes()
+    assert fresh != written
+    out = _summary(redrawn)
+    charged2 = float(out.split("epsilon charged ")[1].split()[0])
+    assert charged2 > 0 and "draw 2: it holds the charges of draws 1 to 1 too" in out, out
+    with WindowLedger(draw2) as led:
+        assert led.total_epsilon() == pytest.approx(total + charged2, rel=1e-3)
+    assert f"{total + charged2:.4g} since the ledger began" in out, out
+    with WindowLedger(ledger) as led:
+        assert led.total_epsilon() == total  # the first draw is kept as it was
+    # a plain replay now writes the latest draw as stored
+    assert _run(workdir, "bt.jsonl", start=start, end=end).returncode == 0
+    assert (workdir / "bt.jsonl").read_bytes() == fresh
+    assert sorted(p.name for p in (workdir / "backtest-ledgers").iterdir() if "events-" in p.name) == sorted(
+        [ledger.name, draw2.name])
 
 
 def test_replays_of_the_same_data_add_up_against_one_lifetime_cap(workdir):
@@ -200,6 +220,16 @@ def test_replays_of_the_same_data_add_up_against_one_lifetime_cap(workdir):
     with WindowLedger(ledger) as led:
         assert led.total_epsilon() == total
     assert [p.name for p in (workdir / "backtest-ledgers").glob("capped*")] == [ledger.name]
+
+    # a fresh draw is charged on top, so the cap leaves it nothing to page or report with
+    res = _monitor("replay", "-c", "capped.yaml", "--input", "capped.jsonl", "--start", str(T0),
+                   "--end", str(FIRST + WINDOWS * WINDOW), "--output", "capped-4.jsonl", "--redraw", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    fourth = [json.loads(x) for x in (workdir / "capped-4.jsonl").read_text().splitlines()]
+    assert not any(r["alarm_detail"]["state"] == "fired" or r["report"] for r in fourth)
+    with WindowLedger(ledger.with_name(ledger.stem + ".draw2.sqlite")) as led:
+        assert total <= led.total_epsilon() <= 2.0
+        assert led.total_epsilon() == pytest.approx(total + sum(r["epsilon"] for r in fourth))
 
 
 def test_alerts_reads_a_backtests_file_with_the_topics_display(workdir, records):

@@ -14,7 +14,10 @@ config's period and lifetime caps (``budget.epsilon``, ``budget.lifetime_epsilon
 replay of the same data adds to it, so repeated backtests add up against one lifetime cap
 instead of each starting afresh. A window already in the ledger is written out as stored,
 never redrawn: averaging several draws of one window would remove its noise. New windows
-(another range) are charged. ``--ledger FILE`` charges a given ledger instead (the same
+(another range) are charged. ``--redraw`` (another setting on the same data) draws afresh
+into the input's next backtest ledger, ``...-<sha256>.draw<k>.sqlite``, which starts with
+every charge the previous one holds: a new release, charged on top of the earlier ones
+under the same caps, never free. ``--ledger FILE`` charges a given ledger instead (the same
 rules; its caps are its own). Either way the replay holds the ledger's lock
 (``monitor.lockfile``), so it refuses a ledger that a running monitor or another replay writes.
 
@@ -84,21 +87,57 @@ def input_digest(input_path: Path) -> str:
         raise MonitorError(f"cannot read --input {input_path}: {err.strerror}") from None
 
 
-def backtest_ledger(config, input_path: Path, digest: str | None = None) -> Path:
+def _backtest_ledgers(config, input_path: Path, digest: str) -> tuple[Path, dict[int, Path]]:
+    # (the first draw's path, which also names the lock; the existing draws by number).
+    # Found by the digest alone, so a renamed input, or a deleted first draw, forgets nothing.
+    digest = digest[:_DIGEST_CHARS]
+    folder = Path(config.budget.ledger).parent / BACKTEST_DIR
+    pattern = re.compile(rf"(.+-{digest})(?:\.draw(\d+))?\.sqlite")
+    found = sorted((m.group(1), int(m.group(2) or 1), p) for p in (folder.iterdir() if folder.is_dir() else ())
+                   if (m := pattern.fullmatch(p.name)))
+    if found:
+        stem = found[0][0]
+    else:
+        stem = (re.sub(r"[^A-Za-z0-9._]+", "_", Path(input_path).stem)[:40] or "input") + f"-{digest}"
+    return folder / f"{stem}.sqlite", {k: p for st, k, p in found if st == stem}
+
+
+def _draw_path(base: Path, k: int) -> Path:
+    return base if k == 1 else base.with_name(f"{base.stem}.draw{k}.sqlite")
+
+
+def backtest_ledger(config, input_path: Path, digest: str | None = None, redraw: bool = False) -> Path:
     """The backtest ledger of an input: keyed by its content, in ``backtest-ledgers/`` beside
     ``budget.ledger``. The name starts with the input's file name only to be readable; an
-    existing ledger of the same content under another name is the one returned."""
-    digest = (digest or input_digest(input_path))[:_DIGEST_CHARS]
-    folder = Path(config.budget.ledger).parent / BACKTEST_DIR
-    known = sorted(folder.glob(f"*-{digest}.sqlite")) if folder.is_dir() else []
-    if known:
-        return known[0]
-    stem = re.sub(r"[^A-Za-z0-9._]+", "_", Path(input_path).stem)[:40] or "input"
-    return folder / f"{stem}-{digest}.sqlite"
+    existing ledger of the same content under another name is the one returned. Its latest
+    draw, or with ``redraw`` the next one (``--redraw``)."""
+    base, draws = _backtest_ledgers(config, input_path, digest or input_digest(input_path))
+    if not draws:
+        return base
+    return _draw_path(base, max(draws) + 1) if redraw else draws[max(draws)]
+
+
+def _seed_draw(previous: Path, new: Path) -> None:
+    """Make ``new`` hold every charge ``previous`` holds (its windows' costs as span charges
+    over each window), atomically: a ledger that exists is never one that forgot."""
+    from monitor.budget.ledger import WindowLedger
+
+    tmp = new.with_name(f".{new.name}.seeding-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    with WindowLedger(previous) as old, WindowLedger(tmp) as led:
+        with led.transaction():
+            # A window row's cost is its report's; "report" composes as that row did.
+            for e in old.entries():
+                if e.released and (e.epsilon > 0 or e.delta > 0):
+                    led.add_charge("report", e.window_start, e.window_end, e.epsilon, e.delta)
+            for _, kind, start, end, eps, delta in old.span_charges():
+                led.add_charge(kind, start, end, eps, delta)
+        assert math.isclose(led.total_epsilon(), old.total_epsilon(), rel_tol=1e-12, abs_tol=1e-12)
+    os.replace(tmp, new)
 
 
 def replay(config, input_path: Path, start: float, end: float, output_path: Path, dead_letter_path: Path,
-           rng=None, progress=None, ledger_path: Path | None = None) -> dict[str, Any]:
+           rng=None, progress=None, ledger_path: Path | None = None, redraw: bool = False) -> dict[str, Any]:
     """Replay ``input_path`` over the windows in [start, end); returns counts of what happened
     (operator output, NOT private) and, under ``"pages"``, each page of the output (its
     window start, headline, epsilon and whether it was stored by an earlier replay: all
@@ -108,7 +147,9 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     window the ledger holds as suppressed has no record, as on the alerts topic) and one
     line per invalid event to ``dead_letter_path``. ``ledger_path`` None: the input's
     backtest ledger (``backtest_ledger``); else that ledger. Neither is ever deleted.
-    Raises ``MonitorError`` if another process holds the ledger's lock.
+    ``redraw``: draw every window afresh into the input's next backtest ledger, seeded with
+    every charge of the previous one. Raises ``MonitorError`` if another process holds the
+    ledger's lock.
     """
     from monitor.budget.accountant import BudgetAccountant
     from monitor.budget.ledger import WindowLedger
@@ -128,13 +169,23 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
         raise MonitorError(f"--start {_iso(start)} and --end {_iso(end)} hold no whole window of {size:g} s "
                            "(windows start at multiples of it)")
     own = ledger_path is None
-    ledger_path = backtest_ledger(config, input_path) if own else Path(ledger_path)
+    if redraw and not own:
+        raise MonitorError("--redraw draws afresh into the input's next backtest ledger; a ledger given with --ledger keeps "
+                           "its windows as stored: leave out one of them")
+    draw = None
+    if own:
+        # Every draw of one content shares the first draw's lock: two replays never pick
+        # the same next draw, nor charge one while the other seeds the next.
+        digest = input_digest(input_path)
+        base, _ = _backtest_ledgers(config, input_path, digest)
+    else:
+        base = ledger_path = Path(ledger_path)
     try:
-        lock = LedgerLock(ledger_path).acquire()
+        lock = LedgerLock(base).acquire()
     except LedgerInUse as err:
         owner = str(err).split("(pid ", 1)[-1].split(")", 1)[0]
         if own:
-            raise MonitorError(f"the backtest ledger of {input_path}, {ledger_path.resolve()}, is in use by another replay "
+            raise MonitorError(f"the backtest ledger of {input_path}, {base.resolve()}, is in use by another replay "
                                f"of the same data (pid {owner}): wait for it to finish") from None
         raise MonitorError(
             f"--ledger {ledger_path.resolve()} is in use by a running monitor (pid {owner}): a replay into it would spend "
@@ -142,6 +193,12 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
         ) from None
     partial = output_path.with_name(f".{output_path.name}.partial-{os.getpid()}")
     try:
+        if own:
+            _, draws = _backtest_ledgers(config, input_path, digest)  # again: now under the lock
+            draw = max(draws, default=1) + (redraw and bool(draws))
+            ledger_path = _draw_path(base, draw)
+            if draw not in draws and draws:
+                _seed_draw(draws[max(draws)], ledger_path)
         model = load_model(config)
         schema = EventSchema.from_config(config)
         store = WindowStore(size, config.window.allowed_lateness_seconds, first, len(config.features))
@@ -223,7 +280,8 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
         lock.release()
     return {**counts, "epsilon_charged": epsilon, "epsilon_spent_in_last_period": spent,
             "epsilon_lifetime_spent": lifetime, "first": first, "last_end": last_end,
-            "ledger": ledger_path, "backtest_ledger": own, "pages": pages}
+            "ledger": ledger_path, "backtest_ledger": own, "pages": pages,
+            "draw": draw}
 
 
 def _iso(t: float) -> str:
@@ -248,6 +306,10 @@ def configure_replay(parser: argparse.ArgumentParser) -> None:
                         help="charge this ledger instead of the input's backtest ledger (backtest-ledgers/NAME-SHA256.sqlite "
                              "beside budget.ledger, shared by every replay of the same data). Windows already in the ledger "
                              "are written as stored, never redrawn. A ledger a running monitor holds is refused")
+    parser.add_argument("--redraw", action="store_true",
+                        help="draw every window afresh (another setting on the same data) into the input's next backtest "
+                             "ledger, which starts with every charge of the previous one: a new release, charged on top under "
+                             "the same period and lifetime caps")
     parser.set_defaults(func=run_replay_command)
 
 
@@ -265,9 +327,16 @@ def run_replay_command(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
     dead = args.dead_letter or args.output.with_name(args.output.name + ".dead-letter.jsonl")
-    own_ledger = backtest_ledger(config, args.input)
+    if args.redraw and args.ledger is not None:
+        raise MonitorError("--redraw draws afresh into the input's next backtest ledger; a ledger given with --ledger keeps "
+                           "its windows as stored: leave out one of them")
+    digest = input_digest(args.input)
+    own_ledger = backtest_ledger(config, args.input, digest)
     ledger = args.ledger or own_ledger
-    if args.ledger is None:
+    if args.ledger is None and args.redraw and own_ledger.exists():
+        where = (f"a fresh draw in {backtest_ledger(config, args.input, digest, redraw=True)}, which starts with every charge "
+                 f"of {own_ledger}: a new release, charged on top of the earlier draws under the same caps")
+    elif args.ledger is None:
         where = (f"the backtest ledger of this input, {ledger} (every replay of the same data charges it: its period and "
                  f"lifetime caps hold across them; budget.ledger {config.budget.ledger} is not charged)")
     else:
@@ -277,7 +346,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
                       "separately, though both are about the same people")
     print(f"replaying {args.input} over [{_iso(start)}, {_iso(end)}): replaying private data is a release; "
           f"this charges {where}", file=sys.stderr)
-    s = replay(config, args.input, start, end, args.output, dead, ledger_path=args.ledger,
+    s = replay(config, args.input, start, end, args.output, dead, ledger_path=args.ledger, redraw=args.redraw,
                progress=lambda n: print(f"  read {n} lines", file=sys.stderr))
     table = Table(title=f"Backtest [{_iso(s['first'])}, {_iso(s['last_end'])}) -> {args.output}", show_header=False,
                   box=None, title_justify="left")
@@ -286,7 +355,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
     stored = s.get("replayed_from_ledger", 0)
     table.add_row("windows", f"{s.get('windows', 0)} of {config.window.size_seconds:g} s, {s.get('written', 0)} written"
                   + (f", {stored} of them as stored in the ledger by an earlier replay (not drawn again, not charged again; "
-                     "a setting changed since does not apply to them)" if stored else "")
+                     "a setting changed since does not apply to them: --redraw draws afresh, charged)" if stored else "")
                   + (f", {s['suppressed_in_ledger']} suppressed in the ledger (no record)" if s.get("suppressed_in_ledger") else ""))
     pages = s["pages"]
     table.add_row("pages", str(len(pages)))
@@ -299,7 +368,10 @@ def run_replay_command(args: argparse.Namespace) -> int:
                                                                     if s.get("reports_suppressed") else ""))
     b = config.budget
     table.add_row("epsilon charged", f"{s['epsilon_charged']:.4g} by this replay")
-    table.add_row("ledger", f"{s['ledger']}" + (" (the backtest ledger of this input)" if s["backtest_ledger"] else ""))
+    draw = s["draw"]
+    table.add_row("ledger", f"{s['ledger']}" + ("" if draw is None else " (the backtest ledger of this input"
+                                                + (f", draw {draw}: it holds the charges of draws 1 to {draw - 1} too)"
+                                                   if draw > 1 else ")")))
     table.add_row("ledger spent", f"{s['epsilon_spent_in_last_period']:.4g} in the rolling period ending {_iso(s['last_end'])} "
                   f"(limit {b.epsilon:g}); {s['epsilon_lifetime_spent']:.4g} since the ledger began ({_limit(b.lifetime_epsilon)})")
     table.add_row("events", f"{s.get('accepted', 0)} in windows, {s.get('duplicate_entity', 0)} duplicates of an entity in a "
