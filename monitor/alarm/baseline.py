@@ -33,7 +33,8 @@ and kappa their ratio, free.
 Normal traffic's parts (issue 28). With ``epsilon_parts`` set, ``learn_one`` also takes
 each event's part (the feature that finds it most unusual, ``monitor.report.part_of``)
 and every estimate after the warm-up also releases the span's flagged weight per part:
-one histogram, each unit's clipped weight in exactly one part, so its L1 sensitivity is
+one histogram; a unit's events may land in different parts, but its shares over the parts
+sum to its clipped weight, at most the cap, so its L1 sensitivity is
 the flagged total's (Laplace of that scale on every part). Its shares say how much of
 the normal flagged weight each feature carries on this traffic: what a report's excess is
 measured against. The warm-up estimate leaves them out: over its few windows the same
@@ -276,7 +277,8 @@ class BaselineTracker:
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         normal_parts = self.estimate.normal_parts if self.estimate is not None else None
         if self._releases_parts:
-            # One histogram: a unit's clipped weight is in one part, L1 sensitivity = the flagged total's.
+            # One histogram: a unit's shares over the parts sum to its clipped weight (at most the
+            # cap), so the L1 sensitivity is the flagged total's.
             noisy = self._noise.laplace(flagged_sensitivity / self.epsilon_parts, center=self._parts.astype(float))
             normal_parts = _shares(np.atleast_1d(noisy)) or normal_parts
         # Post-processing: a rate in [0, 1]; with (almost) no traffic keep the previous one.

@@ -254,9 +254,11 @@ def split_rows(X: np.ndarray, share: float, seed: int) -> np.ndarray:
     Each row's part is a hash (splitmix64, PUBLIC ``seed``) of its own float64 values and
     of its occurrence number among identical rows (0 for the first copy, 1 for the
     second, ...), never of its position or of other rows' values. Adding or removing one
-    row therefore moves no other row to the other part (a copy of an existing row takes
-    the next occurrence number; the multiset of (row, occurrence) pairs changes by that
-    one pair), which is what parallel composition needs. Identical rows are split like
+    row therefore changes the rows of one part by exactly one row and leaves the other
+    part's as they were (the multiset of (row, occurrence) pairs changes by that one pair),
+    which is what parallel composition needs. With duplicates, removing one copy renumbers
+    the later copies and one of them may change part, but it is identical to the copy it
+    replaces, so each part's multiset of rows changes only as said. Identical rows are split like
     distinct ones (hashing values alone would send every copy to one part). About
     ``share`` of the rows are held apart.
     """

@@ -138,7 +138,7 @@ class GridKNN:
         is released with Laplace(1 / epsilon_size) noise, epsilon_size = SIZE_SHARE *
         epsilon (a count: sensitivity 1). The rows are then split into two disjoint parts
         by ``calibration.split_rows`` (a hash of each row with a public seed, so one
-        record's presence moves no other record): the grids' part and the held-apart part
+        record's presence changes one part by exactly that row): the grids' part and the held-apart part
         (``calibration_share`` of the rows).
         - Grids' part: the layout is a function of the size release and of public
           settings (post-processing); each of the G grids is (epsilon - epsilon_size)/G-DP
