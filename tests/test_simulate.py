@@ -240,3 +240,57 @@ def test_simulate_rows_options_are_checked(tmp_path):
     plan = plan_from_args(Namespace(anomaly_start=None, anomaly_duration=None, anomaly_fraction=0.1, anomaly_kind=None,
                                     anomalies=tmp_path / "normal.csv", duration=10.0, rate=5.0, malformed_rate=0.0))
     assert plan.burst.kind == "rows"
+
+
+# --- a daily rhythm (monitor.data.rhythm) ---------------------------------------------
+
+
+def _phase_split(events, t0: float, day_seconds: float, key):
+    """Values of ``key`` by day (sin > 0.6 of the wave) and by night (sin < -0.6)."""
+    t = (np.array([e["ts"] for e in events]) - t0) / day_seconds
+    s = np.sin(2 * np.pi * t)
+    v = np.array([key(e) for e in events])
+    return v[s > 0.6], v[s < -0.6]
+
+
+def test_rhythm_moves_the_vitals_activity_and_the_users_rows_over_the_simulated_day():
+    from monitor.data.rhythm import Rhythm
+
+    plan = SimulationPlan(rate=50, duration=200, rhythm=Rhythm("wave", 1.0), day_seconds=100)
+    stats, sent = _run_fake(plan)
+    day, night = _phase_split([json.loads(v) for _, v in sent], stats.started_at, 100, lambda e: e["activity"])
+    assert day.size > 1000 and night.size > 1000
+    assert day.mean() > 2.0 * night.mean()  # exp(+-0.6..1): about 3.5x
+    flat, flat_sent = _run_fake(SimulationPlan(rate=50, duration=200, day_seconds=100))
+    day, night = _phase_split([json.loads(v) for _, v in flat_sent], flat.started_at, 100, lambda e: e["activity"])
+    assert 0.8 < day.mean() / night.mean() < 1.25
+    # The user's rows: by day the rows high on their first principal component (here column a).
+    rng = np.random.default_rng(2)
+    normal = np.c_[rng.normal(0, 3, 3000), rng.normal(0, 1, 3000)]
+    stats, events = _rows_run(SimulationPlan(rate=50, duration=200, rhythm=Rhythm("wave", 1.0), day_seconds=100),
+                              normal, None, [("a", -20, 20), ("b", -20, 20)])
+    day, night = _phase_split(events, stats.started_at, 100, lambda e: e["a"])
+    assert day.mean() > 1.5 and night.mean() < -1.5  # a tilt of +-0.6..1 sd of a, whose sd is 3
+
+
+def test_rhythm_volume_swings_the_rate_and_the_options_are_checked():
+    from argparse import Namespace
+
+    from monitor.data.rhythm import Rhythm
+    from monitor.stream.simulate import plan_from_args
+
+    plan = SimulationPlan(rate=40, duration=100, rhythm=Rhythm("none", volume=0.3), day_seconds=100)
+    stats, sent = _run_fake(plan)
+    t = np.array([json.loads(v)["ts"] for _, v in sent]) - stats.started_at
+    assert stats.events == plan.total_events == 4000
+    first, second = int((t < 50).sum()), int((t >= 50).sum())
+    assert 1.35 < first / second < 1.6  # (0.5 + 0.3 / pi) / (0.5 - 0.3 / pi) = 1.47
+    base = dict(anomaly_start=None, anomaly_duration=0, anomaly_fraction=0.1, anomaly_kind=None, rate=10, duration=5,
+                malformed_rate=0.0, day_seconds=600.0, rhythm_volume=0.0)
+    plan = plan_from_args(Namespace(**base, rhythm="switch", rhythm_strength=0.75))
+    assert plan.rhythm == Rhythm("switch", 0.75) and plan.day_seconds == 600.0
+    assert plan_from_args(Namespace(**base, rhythm="none", rhythm_strength=0.5)).rhythm is None
+    with pytest.raises(MonitorError, match="--rhythm-strength"):
+        plan_from_args(Namespace(**base, rhythm="wave", rhythm_strength=-0.5))
+    with pytest.raises(MonitorError, match="--day-seconds"):
+        plan_from_args(Namespace(**{**base, "day_seconds": 0.0}, rhythm="wave", rhythm_strength=0.5))

@@ -29,6 +29,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from monitor.data.anomalies import SYNTHETIC_KINDS, FeatureStats, apply_recipe, draw_recipe
+from monitor.data.rhythm import Rhythm, RowRhythm
 from monitor.data.vitals import VITAL_FEATURES, VitalsSimulator, random_cluster
 
 __all__ = ["Surge", "Traffic", "RowTraffic", "plan_surges"]
@@ -157,6 +158,10 @@ class RowTraffic(_DailySchedule):
     The same interface as :class:`Traffic` (``windows_per_day``, ``n_windows``, ``online``,
     ``window``). Rows are raw features; ``bounds`` (d, 2) are the public bounds.
 
+    ``rhythm`` (:mod:`monitor.data.rhythm`) reweights the normal rows by the time of day
+    (window i at ``first_day + i / windows_per_day`` days); :meth:`expected` is then the exact
+    expected value per normal event of any per-row quantity in window i (the oracle's rate).
+
     >>> rng = np.random.default_rng(0)
     >>> t = RowTraffic(rng.normal(size=(300, 3)), rng.normal(5, 1, size=(20, 3)), np.array([[-9.0, 9.0]] * 3), people=50, days=1, seed=1)
     >>> X, ents, anom = t.window(10, [Surge(10, 3, 0.2, "rows")])
@@ -165,7 +170,8 @@ class RowTraffic(_DailySchedule):
     """
 
     def __init__(self, normal: np.ndarray, anomalous: "np.ndarray | None", bounds: np.ndarray, people: int, days: int = 1,
-                 window_seconds: float = 300.0, swing: float = 0.3, seed: int | None = None) -> None:
+                 window_seconds: float = 300.0, swing: float = 0.3, seed: int | None = None,
+                 rhythm: Rhythm | None = None, first_day: int = 0) -> None:
         self.normal = np.asarray(normal, dtype=float)
         self.anomalous = None if anomalous is None else np.asarray(anomalous, dtype=float)
         if self.normal.ndim != 2 or self.normal.shape[0] == 0:
@@ -176,12 +182,23 @@ class RowTraffic(_DailySchedule):
         self.order = self.rng.permutation(self.population)
         self.device_ids = [f"p-{i:05d}" for i in range(self.population)]
         self.stats = FeatureStats.of(self.normal, self.bounds)
+        self.first_day = int(first_day)
+        self.rhythm = RowRhythm(self.normal, rhythm if rhythm is not None else Rhythm("none"))
+
+    def time_of(self, i: int) -> float:
+        """Window i's start, in days since midnight of day 0 (the rhythm's clock)."""
+        return self.first_day + i / self.windows_per_day
+
+    def expected(self, i: int, values: np.ndarray) -> np.ndarray:
+        """The exact expected value per normal event in window i of per-row ``values``
+        ((n_normal,) or (n_normal, L), aligned with ``normal``)."""
+        return self.rhythm.expected(self.time_of(i), values)
 
     def window(self, i: int, surges: Sequence[Surge] = ()) -> tuple[np.ndarray, list[str], np.ndarray]:
         """Window i's events: (X raw (n, d), entity ids, anomalous mask)."""
         devices = self.order[: self.online(i)]
         n = devices.size
-        X = self.normal[self.rng.integers(self.normal.shape[0], size=n)]
+        X = self.normal[self.rhythm.draw(self.time_of(i), n, self.rng)]
         anomalous = np.zeros(n, bool)
         surge = next((s for s in surges if s.covers(i)), None)
         if surge is not None:

@@ -93,6 +93,9 @@ class VitalsSimulator:
             "activity": r.uniform(0.3, 1.4, n_devices),  # mean activity, g
         }
         self.device_ids = [f"dev-{i:04d}" for i in range(n_devices)]
+        # Everybody's activity times this factor: the simulator's daily rhythm (people rest
+        # at night), set from outside as the simulated clock moves (monitor.data.rhythm).
+        self.activity_scale = 1.0
 
     def readings(self, devices: "np.ndarray | Sequence[int]", anomalous: "np.ndarray | Sequence[bool] | None" = None,
                  cluster: "tuple[float, float] | None" = None) -> np.ndarray:
@@ -112,7 +115,7 @@ class VitalsSimulator:
         anom = np.zeros(n, bool) if anomalous is None else np.asarray(anomalous, dtype=bool)
         r = self.rng
         b = self._base
-        activity = np.minimum(r.gamma(2.0, b["activity"][dev] / 2.0), 10.0)
+        activity = np.minimum(r.gamma(2.0, b["activity"][dev] * self.activity_scale / 2.0), 10.0)
         vitals = {
             "activity": activity,
             "heart_rate": b["heart_rate"][dev] + 14.0 * activity + r.normal(0.0, 3.0, n),

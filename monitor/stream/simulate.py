@@ -11,6 +11,13 @@ anomalous.csv`` the burst sends rows drawn from that file: a backtest on real da
 messages can be malformed on purpose, one of each dead-letter reason in turn, to
 exercise the monitor's dead-letter path.
 
+``--rhythm wave|switch|weekly`` gives the traffic a daily rhythm (:mod:`monitor.data.rhythm`):
+with ``--normal`` rows are reweighted by the time of day along the rows' first principal
+component (``--rhythm-strength``), and the vitals' activity rises by day and falls by night;
+``--rhythm-volume`` swings the event rate over the day too. ``--day-seconds`` is the length
+of a simulated day (86,400 by default; a few minutes shows a whole day's rhythm in a demo);
+the simulated day starts at midnight when the simulator starts.
+
 Which broker: ``--bootstrap-servers``, else ``stream.bootstrap_servers`` from the
 config, else, when the config pins ``stream.embedded_broker_port``, the embedded
 broker that a running ``monitor run --config`` started on that port. Otherwise it
@@ -39,6 +46,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from monitor.data.anomalies import ANOMALY_KINDS, SYNTHETIC_KINDS, AnomalyRecipe, FeatureStats, apply_recipe, draw_recipe
+from monitor.data.rhythm import RHYTHM_KINDS, Rhythm, RowRhythm
 from monitor.data.vitals import VITAL_FEATURES, VitalsSimulator, random_cluster
 from monitor.errors import MonitorError
 
@@ -88,6 +96,8 @@ class SimulationPlan:
     duration: float = 60.0           # seconds
     burst: AnomalyBurst | None = None
     malformed_rate: float = 0.0      # share of messages replaced by a malformed one
+    rhythm: Rhythm | None = None     # the traffic's daily rhythm (None: stationary)
+    day_seconds: float = 86400.0     # length of one simulated day, for the rhythm
 
     def __post_init__(self) -> None:
         if not (self.rate > 0 and math.isfinite(self.rate)):
@@ -100,10 +110,20 @@ class SimulationPlan:
             raise MonitorError(f"--anomaly-fraction must be between 0 and 1, got {self.burst.fraction}")
         if self.burst is not None and self.burst.kind not in BURST_KINDS:
             raise MonitorError(f"--anomaly-kind must be one of {', '.join(BURST_KINDS)}, got {self.burst.kind!r}")
+        if not (self.day_seconds > 0 and math.isfinite(self.day_seconds)):
+            raise MonitorError(f"--day-seconds must be a positive number of seconds, got {self.day_seconds}")
 
     @property
     def total_events(self) -> int:
+        if self.rhythm is not None and self.rhythm.volume:
+            return int(round(self.rate * self.day_seconds * self.rhythm.cumulative_volume(self.duration / self.day_seconds)))
         return int(round(self.rate * self.duration))
+
+    def events_due(self, elapsed: float) -> int:
+        """Events sent by ``elapsed`` seconds: the rate, swung by the rhythm's volume if any."""
+        if self.rhythm is not None and self.rhythm.volume:
+            return int(self.rate * self.day_seconds * self.rhythm.cumulative_volume(elapsed / self.day_seconds))
+        return int(self.rate * elapsed)
 
 
 @dataclass
@@ -156,6 +176,10 @@ class VitalsSource:
     @property
     def n_devices(self) -> int:
         return self.sim.n_devices
+
+    def follow(self, rhythm: Rhythm, t: float) -> None:
+        """Readings from now on as at time ``t`` (days) of ``rhythm``: activity by the time of day."""
+        self.sim.activity_scale = rhythm.activity_factor(t)
 
     def choose_burst_devices(self, fraction: float) -> np.ndarray:
         """Boolean mask of the devices in the burst: round(fraction * n_devices) of them,
@@ -241,10 +265,13 @@ class _RowSim:
         self.n_devices = int(n_devices)
         self.rng = np.random.default_rng(rng)
         self.device_ids = [f"dev-{i:04d}" for i in range(self.n_devices)]
+        self.rhythm: RowRhythm | None = None
+        self.t = 0.0
 
     def readings(self, devices, anomalous=None, cluster=None) -> np.ndarray:
         n = len(devices)
-        X = self.normal[self.rng.integers(self.normal.shape[0], size=n)].copy()
+        idx = self.rhythm.draw(self.t, n, self.rng) if self.rhythm is not None else self.rng.integers(self.normal.shape[0], size=n)
+        X = self.normal[idx].copy()
         if anomalous is not None and self.anomalous is not None:
             anom = np.asarray(anomalous, dtype=bool)
             X[anom] = self.anomalous[self.rng.integers(self.anomalous.shape[0], size=int(anom.sum()))]
@@ -282,6 +309,13 @@ class RowSource(VitalsSource):
         self.timestamp_field = timestamp_field
         self.order = self.rng.permutation(n_devices)
         self._stats = FeatureStats.of(normal, bounds)
+
+    def follow(self, rhythm: Rhythm, t: float) -> None:
+        """Normal rows from now on drawn as at time ``t`` (days) of ``rhythm`` (reweighted along
+        their first principal component)."""
+        if self.sim.rhythm is None or self.sim.rhythm.rhythm != rhythm:
+            self.sim.rhythm = RowRhythm(self.sim.normal, rhythm)
+        self.sim.t = t
 
     def burst_cause(self, kind: str):
         if kind == "rows":
@@ -322,7 +356,9 @@ def run_simulation(
     while stats.events < total and not (stop and stop.is_set()):
         now = clock()
         elapsed = now - t0
-        due = min(total, int(plan.rate * elapsed) + 1)
+        if plan.rhythm is not None:
+            source.follow(plan.rhythm, elapsed / plan.day_seconds)
+        due = min(total, plan.events_due(elapsed) + 1)
         burst_on = stats.in_burst = bool(burst and burst.active(elapsed))
         if burst_on:
             stats.burst_from = stats.burst_from or now
@@ -421,6 +457,15 @@ def configure_simulate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--anomalies", type=Path, help="CSV or npz of anomalous rows: the burst sends rows drawn from it "
                         "(with --normal)")
     parser.add_argument("--malformed-rate", type=float, default=0.0, help="share of messages sent malformed, to exercise the dead-letter topic (default 0)")
+    parser.add_argument("--rhythm", choices=RHYTHM_KINDS, default="none",
+                        help="a daily rhythm in the traffic: wave (smooth over the day), switch (night and day, switching "
+                        "over an hour at 07:00 and 19:00), weekly (the wave, different on Saturday and Sunday); default none")
+    parser.add_argument("--rhythm-strength", type=float, default=0.5, help="how far the rhythm moves the traffic's make-up "
+                        "(the tilt along the rows' first principal component, or the log of the activity factor; default 0.5)")
+    parser.add_argument("--rhythm-volume", type=float, default=0.0, help="the event rate swings by this share over the day "
+                        "(e.g. 0.3 for +-30 %%; default 0)")
+    parser.add_argument("--day-seconds", type=float, default=86400.0, help="length of one simulated day in seconds (default "
+                        "86400; shorter shows a whole day's rhythm in a short run)")
     parser.add_argument("--seed", type=int, help="seed of the simulated population and readings (default: random)")
     parser.set_defaults(func=run_simulate_command)
 
@@ -431,7 +476,22 @@ def plan_from_args(args: argparse.Namespace) -> SimulationPlan:
     length = args.anomaly_duration if args.anomaly_duration is not None else 0.2 * args.duration
     kind = getattr(args, "anomaly_kind", None) or ("rows" if getattr(args, "anomalies", None) else "clustered")
     burst = AnomalyBurst(start, length, args.anomaly_fraction, kind) if length > 0 else None
-    return SimulationPlan(rate=args.rate, duration=args.duration, burst=burst, malformed_rate=args.malformed_rate)
+    return SimulationPlan(rate=args.rate, duration=args.duration, burst=burst, malformed_rate=args.malformed_rate,
+                          rhythm=rhythm_from_args(args), day_seconds=getattr(args, "day_seconds", 86400.0))
+
+
+def rhythm_from_args(args: argparse.Namespace) -> Rhythm | None:
+    """The rhythm of ``--rhythm``, ``--rhythm-strength``, ``--rhythm-volume`` (None: stationary)."""
+    kind = getattr(args, "rhythm", "none") or "none"
+    volume = getattr(args, "rhythm_volume", 0.0)
+    strength = getattr(args, "rhythm_strength", 0.5)
+    if not (math.isfinite(strength) and strength >= 0):
+        raise MonitorError(f"--rhythm-strength must be a non-negative number, got {strength}")
+    if not 0 <= volume < 1:
+        raise MonitorError(f"--rhythm-volume must be at least 0 and below 1, got {volume}")
+    if kind == "none" and not volume:
+        return None
+    return Rhythm(kind, strength, volume=volume)
 
 
 def run_simulate_command(args: argparse.Namespace) -> int:
@@ -503,6 +563,9 @@ def summary_lines(stats: SimulationStats, plan: SimulationPlan, topic: str, boot
         )
     else:
         lines.append("anomaly burst: none")
+    if plan.rhythm is not None:
+        lines.append(f"rhythm: {plan.rhythm.kind}, strength {plan.rhythm.strength:g}, volume +-{plan.rhythm.volume:.0%}, "
+                     f"a simulated day every {plan.day_seconds:g} s")
     if stats.malformed_total:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats.malformed.items()))
         lines.append(f"malformed messages: {stats.malformed_total} ({kinds})")

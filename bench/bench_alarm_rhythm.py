@@ -1,0 +1,337 @@
+"""Surge alarm on real labelled data with a daily rhythm: false pages on quiet days, surges against the exact detector.
+
+The shared sets of ``bench_alarm_real.py`` (at least 3,000 rows), fitted and replayed as there
+(half the inliers fit the model with the shipped ``config.yaml``; the other half is the normal
+traffic; every window through the production ``WindowReleaser`` with cached scores, seeded
+noise and a fresh ledger per run), but the traffic has a rhythm (``monitor.data.rhythm``):
+normal rows are drawn at window w with weight exp(a(w) . u), u a row's standardised principal
+components on the traffic pool:
+
+- ``stationary`` (gamma 0: the stationary goal, measured in the same run);
+- ``wave G``: a(w) = G sin(2 pi w / 288) along the first component;
+- ``switch G``: night weighting -G, day weighting +G, the mixture moving between them over one
+  hour (12 windows) at 07:00 and 19:00;
+- ``weekly G``: the wave on weekdays, on Saturday and Sunday along the second component
+  (the runs start on a Friday so that they cross both changes).
+
+Events per window follow the existing +-30 % daily swing. For every window the generator knows
+the TRUE expected flagged share of normal events at each flag level (``RowTraffic.expected``),
+which defines the EXACT detector: f_w - r_w n_w at one flag level, paging above the smallest
+constant with 1 false page per 30 days (from at least 300 simulated quiet days of the same
+rhythm and volume: f ~ Binomial(n_w, r_w)); ``exact, best level per set`` picks that level in
+hindsight per data set. A private surge counts when it pages in its FIRST window.
+
+Per scale and rhythm: quiet runs (no surge) give the false pages per 30 days, the alarm's
+flagged weight's swing over the day (max / mean of its true expected value per event), and the
+windows answered against those suppressed (the budget spent); surge runs (6 a day, 3 windows
+each, after the 3-hour warm-up) give first-window pages, private against exact.
+
+Run: ``OMP_NUM_THREADS=1 python bench/bench_alarm_rhythm.py --quick`` (one set, one seed,
+wave 0.5), ``... --write`` for docs/benchmarks/alarm-rhythm.md (see the page for the time).
+``--alarm-config KEY=VALUE`` (repeatable; ``alarm.`` is implied, ``section.key`` for others)
+compares alarm settings without editing anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_alarm_real import LEVELS, CachedScores, datasets, fit_model, load_set, make_config  # noqa: E402
+from report import REPO, write_section  # noqa: E402
+
+from monitor.budget import BudgetAccountant, WindowLedger  # noqa: E402
+from monitor.config import MonitorConfig, load_config  # noqa: E402
+from monitor.data.rhythm import Rhythm  # noqa: E402
+from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
+from monitor.release import WindowReleaser  # noqa: E402
+from monitor.stream.windows import ClosedWindow  # noqa: E402
+
+SCALES = [(1500, 0.05), (10_000, 0.01)]
+RHYTHMS = ["stationary", "wave 0.25", "wave 0.5", "wave 1.0", "switch 0.5", "weekly 0.5"]
+SURGES_PER_DAY = 6
+QUIET_DAYS_SIMULATED = 300  # at least: for the exact detector's constant (10 exceedances in 300 days = 1 per 30)
+WEEKLY_FIRST_DAY = 4        # day 0 is a Monday: weekly runs start on a Friday
+
+
+def parse_rhythm(label: str) -> Rhythm:
+    """``stationary`` | ``wave G`` | ``switch G`` | ``weekly G`` (also ``wave:G``)."""
+    parts = label.replace(":", " ").split()
+    if parts[0] in ("stationary", "none"):
+        return Rhythm("none", 0.0)
+    return Rhythm(parts[0], float(parts[1]) if len(parts) > 1 else 0.5)
+
+
+def apply_overrides(base: MonitorConfig, overrides: list[str]) -> MonitorConfig:
+    """``KEY=VALUE`` settings (VALUE read as YAML; KEY under ``alarm`` unless it names a section)."""
+    data = base.model_dump(mode="json")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--alarm-config expects KEY=VALUE, got {item!r}")
+        path = key.split(".") if "." in key else ["alarm", key]
+        node = data
+        for part in path[:-1]:
+            node = node[part]
+        if path[-1] not in node:
+            raise SystemExit(f"--alarm-config: unknown setting {'.'.join(path)}")
+        node[path[-1]] = yaml.safe_load(value)
+    return MonitorConfig.model_validate(data)
+
+
+def alarm_weights(model, config: MonitorConfig, scores: np.ndarray) -> np.ndarray:
+    """The alarm's per-event weight (graded flag) of each score, as the releaser weighs it."""
+    try:
+        from monitor.alarm.calibrate import alarm_levels, graded_weights
+        return graded_weights(scores, *alarm_levels(model, config.alarm))
+    except (ImportError, TypeError, AttributeError):  # the alarm's API moved: its upper level's plain flag
+        return (scores > model.threshold_for(config.alarm.contamination)).astype(float)
+
+
+def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
+           levels: np.ndarray, pool_flags: np.ndarray, pool_weight: np.ndarray) -> dict:
+    """Consecutive days through one WindowReleaser (one ledger): per window the alarm's state,
+    the events, the exact flagged count per level, and the TRUE normal rate per level and of the alarm's weight."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ledger = WindowLedger(Path(tmp) / "ledger.sqlite")
+        b = config.budget
+        accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+        releaser = WindowReleaser(config, accountant, model, rng=seed)
+        size = config.window.size_seconds
+        wpd = traffic.windows_per_day
+        states, n, F, R, W = [], [], [], [], []
+        for i in range(traffic.n_windows):
+            X, entities, _ = traffic.window(i, surges)
+            window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
+            rec = json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
+            states.append(rec["alarm_detail"]["state"])
+            n.append(X.shape[0])
+            F.append((model.last[:, None] > levels[None, :]).sum(axis=0))
+            R.append(traffic.expected(i, pool_flags))
+            W.append(float(traffic.expected(i, pool_weight)))
+        spent = [accountant.spent((d + 1) * wpd * size)[0] for d in range(traffic.days)]
+        ledger.close()
+    return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W), "spent": spent}
+
+
+def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days: float) -> np.ndarray:
+    """Per level, the smallest C with at most one window of f - r n >= C per 30 quiet days of this
+    profile (n per window, r per window and level; f ~ Binomial(n, r): rows are drawn independently)."""
+    reps = int(math.ceil(QUIET_DAYS_SIMULATED / days))
+    total_days = reps * days
+    k = int(total_days // 30) + 1  # the k-th largest value: total_days / 30 windows lie above it
+    nn = np.tile(n, reps)
+    out = np.empty(r.shape[1])
+    for j in range(r.shape[1]):
+        rr = np.tile(r[:, j], reps)
+        stat = rng.binomial(nn, rr) - rr * nn
+        out[j] = np.partition(stat, -k)[-k] + 1e-9
+    return out
+
+
+def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[str], days: int,
+               quiet_days: int, fitted=None) -> list[dict]:
+    """Every scale and rhythm of one data set and seed (the model fitted once)."""
+    if fitted is None:
+        fitted = fit_set(base, name, seed)
+    config, cached, T, A, bounds, levels, pool_flags, pool_weight, flagged_share = fitted
+    size = config.window.size_seconds
+    warm = int(math.ceil(config.alarm.baseline_warmup_seconds / size))
+    wpd = int(round(86400 / size))
+    out = []
+    for people, share in scales:
+        for label in rhythms:
+            rhythm = parse_rhythm(label)
+            first_day = WEEKLY_FIRST_DAY if rhythm.kind == "weekly" else 0
+            runs = {}
+            for kind, n_days in (("quiet", quiet_days), ("surge", days)):
+                if n_days <= 0:
+                    continue
+                traffic = RowTraffic(T, A, bounds, people=people, days=n_days, window_seconds=size,
+                                     seed=seed * 7 + (kind == "quiet"), rhythm=rhythm, first_day=first_day)
+                surges = (plan_surges(n_days, SURGES_PER_DAY, wpd, share, rng=seed * 13 + 1, kinds=("rows",), first=warm + 1)
+                          if kind == "surge" else [])
+                t0 = time.perf_counter()
+                res = replay(config, cached, traffic, surges, seed * 101 + (kind == "quiet"), levels, pool_flags, pool_weight)
+                res["seconds"] = time.perf_counter() - t0
+                res["surges"] = [s.start for s in surges]
+                runs[kind] = res
+            rng = np.random.default_rng(seed + 555)
+            # The exact detector's constant for each run's own profile of volume and true rate.
+            C = {k: exact_constants(v["n"], v["r"], rng, len(v["n"]) / wpd) for k, v in runs.items()}
+            r = {"set": name, "seed": seed, "people": people, "share": share, "rhythm": label,
+                 "flagged_share": flagged_share, "seconds": sum(x["seconds"] for x in runs.values())}
+            if "quiet" in runs:
+                q = runs["quiet"]
+                st = q["states"]
+                live = q["w"][warm:]
+                r.update(quiet_days=len(st) / wpd, false_pages=st.count("fired"), answered=sum(s in ("quiet", "fired", "held") for s in st),
+                         suppressed=st.count("suppressed"), warming=st.count("warming_up"), windows=len(st),
+                         swing=float(q["w"].max() / q["w"].mean()) if q["w"].mean() > 0 else float("nan"),
+                         rate_min=float(live.min()), rate_max=float(live.max()),
+                         quiet_epsilon=max(q["spent"]),
+                         exact_false=((q["F"] - q["r"] * q["n"][:, None]) >= C["quiet"][None, :]).sum(axis=0).tolist())
+            if "surge" in runs:
+                s = runs["surge"]
+                starts = np.array(s["surges"], dtype=int)
+                stat = s["F"][starts] - s["r"][starts] * s["n"][starts, None]
+                r.update(surges=int(starts.size), private_first=sum(s["states"][i] == "fired" for i in starts),
+                         exact_first=(stat >= C["surge"][None, :]).sum(axis=0).tolist(),
+                         surge_suppressed=s["states"].count("suppressed"),
+                         surge_pages=s["states"].count("fired"))
+            out.append(r)
+    return out
+
+
+def fit_set(base: MonitorConfig, name: str, seed: int):
+    R, T, A, bounds = load_set(name, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = make_config(base, bounds, Path(tmp) / "unused.sqlite")
+    model = fit_model(config, R, seed)
+    cached = CachedScores(model, [T, A])
+    normal_scores = cached.score_samples(T)
+    levels = np.quantile(normal_scores, 1.0 - np.array(LEVELS))
+    pool_flags = (normal_scores[:, None] > levels[None, :]).astype(float)
+    pool_weight = alarm_weights(model, config, normal_scores)
+    flagged_share = float((normal_scores > model.threshold_for(config.alarm.contamination)).mean())
+    return config, cached, T, A, bounds, levels, pool_flags, pool_weight, flagged_share
+
+
+def _range(values) -> str:
+    values = [v for v in values if v == v]
+    if not values:
+        return "-"
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if abs(hi - lo) < 0.005 else f"{lo:.2f} - {hi:.2f}"
+
+
+def summarise(results: list[dict]) -> str:
+    lines = ["| scale | rhythm | flagged weight's swing (max / mean) | quiet days | false pages | per 30 days | "
+             "windows answered / suppressed | epsilon in a quiet run's day (max) | exact false pages | surges | private, "
+             "window 1 | exact, best level per set | private / exact |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {label: k for k, label in enumerate(dict.fromkeys(r["rhythm"] for r in results))}
+    for people, share in sorted({(r["people"], r["share"]) for r in results}):
+        for label in sorted({r["rhythm"] for r in results}, key=order.get):
+            rs = [r for r in results if (r["people"], r["share"], r["rhythm"]) == (people, share, label)]
+            q = [r for r in rs if "false_pages" in r]
+            s = [r for r in rs if "surges" in r]
+            qd = sum(r["quiet_days"] for r in q)
+            fp = sum(r["false_pages"] for r in q)
+            per30 = f"{30 * fp / qd:.1f}" if qd else "-"
+            ans, sup = sum(r["answered"] for r in q), sum(r["suppressed"] for r in q)
+            # The exact detector's own false pages at the level it is scored at per set: a check of its constant.
+            by_set: dict[str, np.ndarray] = {}
+            for r in s:
+                by_set[r["set"]] = by_set.get(r["set"], 0) + np.array(r["exact_first"])
+            best = {k: int(np.argmax(v)) for k, v in by_set.items()}
+            exact_best = int(sum(by_set[k][best[k]] for k in by_set))
+            exact_fp = sum(r["exact_false"][best.get(r["set"], LEVELS.index(0.01))] for r in q)
+            priv = sum(r["private_first"] for r in s)
+            lines.append(
+                f"| {people:,} / {share:.0%} | {label} | {_range([r['swing'] for r in q])} | {qd:.0f} | {fp} | {per30} | "
+                f"{ans} / {sup} | {max((r['quiet_epsilon'] for r in q), default=float('nan')):.2f} | {exact_fp} | "
+                f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} |")
+    return "\n".join(lines)
+
+
+def per_set(results: list[dict]) -> str:
+    lines = ["| data set | rhythm | swing | false pages / quiet days (both scales) | suppressed windows | private / exact best, both scales |",
+             "|---|---|---|---|---|---|"]
+    order = {label: k for k, label in enumerate(dict.fromkeys(r["rhythm"] for r in results))}
+    for name in sorted({r["set"] for r in results}):
+        for label in sorted({r["rhythm"] for r in results if r["set"] == name}, key=order.get):
+            rs = [r for r in results if r["set"] == name and r["rhythm"] == label]
+            q = [r for r in rs if "false_pages" in r]
+            s = [r for r in rs if "surges" in r]
+            ex = 0
+            for sc in {(r["people"], r["share"]) for r in s}:
+                ex += int(sum(np.array(r["exact_first"]) for r in s if (r["people"], r["share"]) == sc).max())
+            lines.append(f"| {name} | {label} | {_range([r['swing'] for r in q])} | {sum(r['false_pages'] for r in q)} / "
+                         f"{sum(r['quiet_days'] for r in q):.0f} | {sum(r['suppressed'] for r in q)} | "
+                         f"{sum(r['private_first'] for r in s)} / {ex} |")
+    return "\n".join(lines)
+
+
+PREFACE = """Every shared set with 3,000+ rows, fitted and replayed as in [alarm-real.md](alarm-real.md) (half the
+inliers fit the model with the shipped `config.yaml`; the production `WindowReleaser` per 5-minute window, seeded
+noise, a fresh ledger per run), with a rhythm in the normal traffic: rows drawn at window w with weight
+exp(a(w) . u), u a row's standardised principal components on the traffic pool (`monitor.data.rhythm`). `wave G`:
+a = G sin(2 pi w / 288) on the first component; `switch G`: -G by night, +G by day, the mixture moving over one hour
+at 07:00 and 19:00; `weekly G`: the wave on weekdays, on the second component on Saturday and Sunday (runs start on a
+Friday); `stationary`: gamma 0. Events per window swing +-30 % over the day. A run is several consecutive days through
+one releaser and ledger. Swing: max / mean over the run of the TRUE expected weight per normal event the alarm counts
+(its graded flag). Quiet days count false pages; `answered` windows got a yes/no (quiet, fired, held), `suppressed` ones
+none (the budget was spent). Surges: 6 a day, 3 windows each, the set's outliers from a share of the people online,
+counted when they page in their first window. Exact: f_w - r_w n_w at one flag level with r_w each window's TRUE
+normal rate, above the smallest constant with 1 false page per 30 days (300+ simulated quiet days of the same rhythm),
+at the best level in hindsight per data set; `exact false pages` is that detector on the quiet days (expected about
+1 per 30)."""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one set, one seed, wave 0.5 (and both scales)")
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--sets", nargs="*", help="data sets (default: every set with at least 3,000 rows)")
+    ap.add_argument("--scales", nargs="*", help="people:share, e.g. 1500:0.05 10000:0.01 (default both)")
+    ap.add_argument("--rhythms", nargs="*", help=f"rhythms, e.g. 'wave 0.5' or wave:0.5 (default: {', '.join(RHYTHMS)})")
+    ap.add_argument("--days", type=int, default=3, help="days of a surge run (default 3)")
+    ap.add_argument("--quiet-days", type=int, default=3, help="days of a quiet run (default 3)")
+    ap.add_argument("--config", default=str(REPO / "config.yaml"))
+    ap.add_argument("--alarm-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a setting (alarm.KEY, or SECTION.KEY), e.g. false_pages_per_30_days=1; repeatable")
+    ap.add_argument("--json", type=Path, help="write every result here")
+    ap.add_argument("--from-json", type=Path, nargs="*", help="summarise (and --write) saved results without running")
+    ap.add_argument("--command", help="with --from-json: the command that produced them")
+    ap.add_argument("--seconds", type=float, help="with --from-json: how long that run took")
+    ap.add_argument("--section", default="alarm-rhythm", choices=("alarm-rhythm", "alarm-rhythm-before"),
+                    help="the page section --write replaces")
+    ap.add_argument("--note", default="", help="a line written under the section's title (e.g. which alarm ran)")
+    ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks/alarm-rhythm.md")
+    args = ap.parse_args()
+    base = apply_overrides(load_config(args.config), args.alarm_config)
+    sets = args.sets or (["38_thyroid"] if args.quick else datasets())
+    seeds = 1 if args.quick else args.seeds
+    scales = [(int(s.split(":")[0]), float(s.split(":")[1])) for s in args.scales] if args.scales else SCALES
+    rhythms = args.rhythms or (["wave 0.5"] if args.quick else RHYTHMS)
+    t0 = time.perf_counter()
+    results: list[dict] = []
+    for path in args.from_json or []:
+        results += json.loads(path.read_text())
+    for name in ([] if args.from_json else sets):
+        for seed in range(1, seeds + 1):
+            fitted = fit_set(base, name, seed)
+            for r in run_config(base, name, seed, scales, rhythms, args.days, args.quiet_days, fitted):
+                results.append(r)
+                print(f"{r['people']:>6} {name:16s} seed {seed} {r['rhythm']:12s}: swing {r.get('swing', float('nan')):.2f}, "
+                      f"false {r.get('false_pages')} in {r.get('quiet_days', 0):.0f} d, suppressed {r.get('suppressed')}, "
+                      f"private {r.get('private_first')}/{r.get('surges')}, exact best {max(r.get('exact_first', [0]))}, "
+                      f"{r['seconds']:.0f} s", flush=True)
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1))
+    table, detail = summarise(results), per_set(results)
+    print(table)
+    print()
+    print(detail)
+    if args.write:
+        cmd = args.command or " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_rhythm.py", *sys.argv[1:]])
+        took = args.seconds if args.seconds is not None else time.perf_counter() - t0
+        title = "Surge alarm on rhythmic traffic" + (" - before (the alarm with one daily baseline rate)"
+                                                     if args.section == "alarm-rhythm-before" else "")
+        note = f"{args.note}\n\n" if args.note else ""
+        write_section(args.section, f"### {title}\n\n`{cmd}` ({took:.0f} s on 1 core)\n\n{note}{PREFACE}\n\n{table}\n\n"
+                      f"Per data set:\n\n{detail}\n")
+
+
+if __name__ == "__main__":
+    main()
