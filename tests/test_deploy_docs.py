@@ -57,7 +57,7 @@ def test_readme_is_short_and_has_what_a_new_user_needs():
     # the privacy table names every kind of output: the model, the alarm, its baseline, the
     # detailed report, what is outside the guarantee, the ledgers
     for row in ("model file", "`alarm` of every window", "baseline rate", "report: event count",
-                "operational endpoint", "dead-letter topic", "ledgers (SQLite)"):
+                "operational endpoint", "`monitor run`'s log", "dead-letter topic", "ledgers (SQLite)"):
         assert f"\n| {row}" in README, row
 
 
