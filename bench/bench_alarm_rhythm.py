@@ -139,15 +139,14 @@ def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days
 
 
 def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[str], days: int,
-               quiet_days: int, fitted=None) -> list[dict]:
-    """Every scale and rhythm of one data set and seed (the model fitted once)."""
+               quiet_days: int, fitted=None):
+    """Every scale and rhythm of one data set and seed (the model fitted once), one result at a time."""
     if fitted is None:
         fitted = fit_set(base, name, seed)
     config, cached, T, A, bounds, levels, pool_flags, pool_weight, flagged_share = fitted
     size = config.window.size_seconds
     warm = int(math.ceil(config.alarm.baseline_warmup_seconds / size))
     wpd = int(round(86400 / size))
-    out = []
     for people, share in scales:
         for label in rhythms:
             rhythm = parse_rhythm(label)
@@ -188,8 +187,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                          exact_first=(stat >= C["surge"][None, :]).sum(axis=0).tolist(),
                          surge_suppressed=s["states"].count("suppressed"),
                          surge_pages=s["states"].count("fired"))
-            out.append(r)
-    return out
+            yield r
 
 
 def fit_set(base: MonitorConfig, name: str, seed: int):

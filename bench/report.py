@@ -35,6 +35,8 @@ PAGES: dict[str, str] = {
     "alarm-real": "alarm-real.md",
     "alarm-real-levels": "alarm-real.md",
     "alarm-real-legacy": "alarm-real.md",
+    "alarm-rhythm": "alarm-rhythm.md",
+    "alarm-rhythm-before": "alarm-rhythm.md",
     "report": "report.md",
 }
 
