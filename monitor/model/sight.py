@@ -78,12 +78,15 @@ class Sight:
                 "epsilon_needed": self.epsilon_needed}
 
     def advice(self) -> str:
-        """What would be enough, as one clause (empty when unknown)."""
+        """What would be needed at least, as one clause (empty when unknown). A lower bound:
+        the bundled vital signs saw at about that size, independent normal features (a looser
+        bulk) needed about 4 times as many rows at 5 features, and more with more features,
+        where an event unusual in one feature is diluted among more grids."""
         parts = []
         if self.rows_needed is not None:
-            parts.append(f"about {float(f'{self.rows_needed:.2g}'):,.0f} reference rows")
+            parts.append(f"at least about {float(f'{self.rows_needed:.2g}'):,.0f} reference rows")
         if self.epsilon_needed is not None:
-            parts.append(f"with model.epsilon about {self.epsilon_needed:.2g}")
+            parts.append(f"with model.epsilon at least about {self.epsilon_needed:.2g}")
         return " or ".join(parts)
 
 
