@@ -109,3 +109,47 @@ def test_pld_composes_only_fixed_cost_windows_on_a_calendar(tmp_path: Path) -> N
         ledger.add_charge("alarm_page", 0.0, DAY, PAGE)
         with pytest.raises(ValueError, match="fixed_schedule"):
             acc.spent(80 * WINDOW)
+
+
+def test_the_releaser_under_pld_publishes_what_it_publishes_under_basic(tmp_path: Path) -> None:
+    # A real day of pages through the WindowReleaser, with a budget that runs out: every
+    # decision and every spend must be the same under both accountants.
+    import json
+
+    import numpy as np
+
+    from monitor.config import parse_config
+    from monitor.data.traffic import Surge, Traffic
+    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
+    from monitor.model import GridKNN
+    from monitor.release import WindowReleaser
+    from monitor.stream.windows import ClosedWindow
+
+    _, X, _ = simulate_vitals(3000, rng=5)
+    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
+                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(X)
+    surges = [Surge(start=s, windows=2, share=0.3, kind="clustered", center=(84.0, 150.0)) for s in (14, 20, 26, 32)]
+    records = {}
+    for kind in ("basic", "pld"):
+        config = parse_config({
+            "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+            "stream": {"entity_field": "device_id"}, "window": {"size_seconds": 300},
+            "alarm": {"baseline_warmup_seconds": 3600, "run_seconds": 3600},
+            "report": {"every_seconds": 1800},
+            "budget": {"ledger": str(tmp_path / f"{kind}.sqlite"), "epsilon": 4.0, "accountant": kind},
+        })
+        b = config.budget
+        releaser = WindowReleaser(config, BudgetAccountant.from_settings(WindowLedger(b.ledger), b), model, rng=3)
+        traffic = Traffic(people=500, days=1, seed=3)
+        out = []
+        for i in range(40):
+            X_w, entities, _ = traffic.window(i, surges)
+            w = ClosedWindow(i * 300.0, (i + 1) * 300.0, X_w, np.zeros(0, bool), (), tuple(entities))
+            rec = json.loads(releaser.release(w, released_at=(i + 1) * 300.0 + 10).entry.payload)
+            rec["budget"].pop("accountant")
+            out.append(rec)
+        records[kind] = out
+    kinds = [c["kind"] for r in records["basic"] for c in r["charges"]]
+    assert {"alarm_run", "alarm_page", "baseline", "report"} <= set(kinds), kinds
+    assert any(r["report"] and r["report"].get("suppressed") for r in records["basic"])  # the budget ran out
+    assert records["pld"] == records["basic"]
