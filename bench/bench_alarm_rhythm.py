@@ -139,7 +139,7 @@ def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days
 
 
 def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[str], days: int,
-               quiet_days: int, fitted=None):
+               quiet_days: int, fitted=None, swing: float = 0.3):
     """Every scale and rhythm of one data set and seed (the model fitted once), one result at a time."""
     if fitted is None:
         fitted = fit_set(base, name, seed)
@@ -155,7 +155,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
             for kind, n_days in (("quiet", quiet_days), ("surge", days)):
                 if n_days <= 0:
                     continue
-                traffic = RowTraffic(T, A, bounds, people=people, days=n_days, window_seconds=size,
+                traffic = RowTraffic(T, A, bounds, people=people, days=n_days, window_seconds=size, swing=swing,
                                      seed=seed * 7 + (kind == "quiet"), rhythm=rhythm, first_day=first_day)
                 surges = (plan_surges(n_days, SURGES_PER_DAY, wpd, share, rng=seed * 13 + 1, kinds=("rows",), first=warm + 1)
                           if kind == "surge" else [])
@@ -215,8 +215,8 @@ def _range(values) -> str:
 def summarise(results: list[dict]) -> str:
     lines = ["| scale | rhythm | flagged weight's swing (max / mean) | quiet days | false pages | per 30 days | "
              "windows answered / suppressed | epsilon in a quiet run's day (max) | exact false pages | surges | private, "
-             "window 1 | exact, best level per set | private / exact |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "window 1 | exact, best level per set | private / exact | surge runs: windows suppressed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {label: k for k, label in enumerate(dict.fromkeys(r["rhythm"] for r in results))}
     for people, share in sorted({(r["people"], r["share"]) for r in results}):
         for label in sorted({r["rhythm"] for r in results}, key=order.get):
@@ -238,7 +238,8 @@ def summarise(results: list[dict]) -> str:
             lines.append(
                 f"| {people:,} / {share:.0%} | {label} | {_range([r['swing'] for r in q])} | {qd:.0f} | {fp} | {per30} | "
                 f"{ans} / {sup} | {max((r['quiet_epsilon'] for r in q), default=float('nan')):.2f} | {exact_fp} | "
-                f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} |")
+                f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} | "
+                f"{sum(r['surge_suppressed'] for r in s)} |")
     return "\n".join(lines)
 
 
@@ -266,7 +267,7 @@ noise, a fresh ledger per run), with a rhythm in the normal traffic: rows drawn 
 exp(a(w) . u), u a row's standardised principal components on the traffic pool (`monitor.data.rhythm`). `wave G`:
 a = G sin(2 pi w / 288) on the first component; `switch G`: -G by night, +G by day, the mixture moving over one hour
 at 07:00 and 19:00; `weekly G`: the wave on weekdays, on the second component on Saturday and Sunday (runs start on a
-Friday); `stationary`: gamma 0. Events per window swing +-30 % over the day. A run is several consecutive days through
+Friday); `stationary`: gamma 0. Events per window swing +-30 % over the day (`--swing`). A run is several consecutive days through
 one releaser and ledger. Swing: max / mean over the run of the TRUE expected weight per normal event the alarm counts
 (its graded flag). Quiet days count false pages; `answered` windows got a yes/no (quiet, fired, held), `suppressed` ones
 none (the budget was spent). Surges: 6 a day, 3 windows each, the set's outliers from a share of the people online,
@@ -285,6 +286,7 @@ def main() -> None:
     ap.add_argument("--rhythms", nargs="*", help=f"rhythms, e.g. 'wave 0.5' or wave:0.5 (default: {', '.join(RHYTHMS)})")
     ap.add_argument("--days", type=int, default=3, help="days of a surge run (default 3)")
     ap.add_argument("--quiet-days", type=int, default=3, help="days of a quiet run (default 3)")
+    ap.add_argument("--swing", type=float, default=0.3, help="events per window swing by +-this share over the day (default 0.3)")
     ap.add_argument("--config", default=str(REPO / "config.yaml"))
     ap.add_argument("--alarm-config", action="append", default=[], metavar="KEY=VALUE",
                     help="override a setting (alarm.KEY, or SECTION.KEY), e.g. false_pages_per_30_days=1; repeatable")
@@ -309,7 +311,7 @@ def main() -> None:
     for name in ([] if args.from_json else sets):
         for seed in range(1, seeds + 1):
             fitted = fit_set(base, name, seed)
-            for r in run_config(base, name, seed, scales, rhythms, args.days, args.quiet_days, fitted):
+            for r in run_config(base, name, seed, scales, rhythms, args.days, args.quiet_days, fitted, args.swing):
                 results.append(r)
                 print(f"{r['people']:>6} {name:16s} seed {seed} {r['rhythm']:12s}: swing {r.get('swing', float('nan')):.2f}, "
                       f"false {r.get('false_pages')} in {r.get('quiet_days', 0):.0f} d, suppressed {r.get('suppressed')}, "
