@@ -1,4 +1,4 @@
-"""The privacy budget: crash-safe SQLite ledgers and the rolling-period accountant (DESIGN 4).
+"""The privacy budget: crash-safe SQLite ledgers and the rolling-period accountant.
 
 - ``WindowLedger``: every scheduled window once, with its stored alert record.
 - ``BudgetAccountant``: may this window be released within the rolling period's budget

@@ -2,7 +2,7 @@
 
 Every charge (a window's own row, an alarm run, a baseline estimate) has a cost fixed by
 the config, and the decision looks only at the calendar (window times), the ledger and
-the alarm's published answers, never at the data directly (DESIGN 4 and 7).
+the alarm's published answers, never at the data directly (docs/design.md).
 
 Guarantee. For every interval (t - period, t], the windows released with their end in
 it compose (basic sums, or PLD) to within (epsilon, delta) per privacy unit.

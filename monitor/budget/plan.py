@@ -12,7 +12,7 @@ run at the next boundary (one more threshold in the periods that straddle it). W
 period's budget cannot pay for a page, the alarm says ``suppressed`` (and no report is
 released) until the oldest charge leaves the rolling period.
 
-``visibility_report`` says what the alarm can see (issue 26): the smallest surge, as a share
+``visibility_report`` says what the alarm can see: the smallest surge, as a share
 of the people online, that pages within one window 95 % of the time, and the false-page rate
 its threshold implies. It reads public things only: the config, the model file (DP) and the
 baseline the ledger's last record released (DP); never the events.
