@@ -13,8 +13,9 @@ Each kind of problem (reason and field, or feature) is logged at WARNING the fir
 time it is seen, then at most once per ``interval`` seconds with the count since the last
 line, so a flood of bad events costs a few log lines, not one per event. Out-of-bounds
 values are also counted in ``dp_monitor_values_out_of_bounds_total{feature}``.
-These are operational numbers about raw events (NOT private), like the dead-letter
-counts; the log line carries counts and the configured bounds only, never a value.
+These are exact operational numbers about raw events (NOT private), like the dead-letter
+counts; the log line carries counts and the configured bounds only, never a value. The
+log is for operators only, outside the guarantee (docs/privacy.md lists it).
 
 >>> import logging, numpy as np
 >>> watch = InputWatch(["hr"], [(30.0, 220.0)], dead_letter_topic="dlq", interval=60.0)
