@@ -78,7 +78,6 @@ def steady_state_latency(cost, budget, accountant, admitted: int, folder: Path) 
 def shipped_config() -> tuple[list[tuple[str, int, int]], tuple]:
     """(what, basic, pld) per period on config.yaml: the stream's reports and pages, and
     what PLD would admit of the same reports were they fixed by the calendar."""
-
     from monitor.budget.plan import plan_from_config
     from monitor.config import load_config
 
