@@ -179,7 +179,15 @@ class AlarmSettings(_Strict):
     )
     rhythm_slack: float = Field(
         0.25, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
-        "moves the statistic within an interval of width 1 + rhythm_slack (at least 1 / recent_windows)."
+        "moves the statistic within an interval of width 1 + rhythm_slack."
+    )
+    profile_bins: int = Field(
+        12, ge=0, le=288, description="With follow_rhythm: the daily baseline's flagged total is released split over this many "
+        "equal parts of the UTC day (the same epsilon: one histogram), and the threshold's spread follows the hour. 0: off."
+    )
+    trend_error: float = Field(
+        0.1, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last two hours' trend: how "
+        "far that may miss the rhythm, as a share of the normal flagged count (the threshold counts it)."
     )
     threshold: float | None = Field(
         None, ge=0, description="Absolute override (excess weighted events per window that page, plus z and rate_margin); "
@@ -191,10 +199,9 @@ class AlarmSettings(_Strict):
     )
 
     @model_validator(mode="after")
-    def _slack_covers_recent(self) -> "AlarmSettings":
-        if self.follow_rhythm and self.rhythm_slack * self.recent_windows < 1:
-            raise ValueError(f"rhythm_slack ({self.rhythm_slack}) must be at least 1 / recent_windows "
-                             f"({self.recent_windows}): events without an entity must never be clipped")
+    def _profile_divides_the_day(self) -> "AlarmSettings":
+        if self.profile_bins and 86400 % self.profile_bins:
+            raise ValueError(f"profile_bins ({self.profile_bins}) must divide the day's 86400 seconds (e.g. 6, 12, 24)")
         return self
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
+from monitor.alarm.baseline import profile_load
 from monitor.alarm.calibrate import (alarm_levels, baseline_problem, is_graded, normal_weight_kappa, normal_weight_rate,
                                      weight_units)
 from monitor.config import MonitorConfig, ReportSettings
@@ -93,7 +94,8 @@ class WindowReleaser:
                                 traffic_swing=a.traffic_swing,
                                 slack_units=self._reference_slack_units(config))
         # The rhythm reference: each window against the same people's recent and day-ago windows.
-        self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack)
+        self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
+                                          trend_error=a.trend_error)
                           if a.follow_rhythm and a.threshold is None else None)
         # Public post-processing of the model: each grid's own threshold at the alarm's rate
         # (which grid's flags rose is what a report points at).
@@ -109,7 +111,8 @@ class WindowReleaser:
                                         flag_cap=a.baseline_flag_cap if config.stream.entity_field else None,
                                         epsilon_warmup=a.epsilon_baseline_warmup, epsilon_parts=eps_parts,
                                         n_parts=len(self.parts) if eps_parts else 0,
-                                        release_kappa=is_graded(self.level_lo, self.level_hi), rng=self._noise)
+                                        release_kappa=is_graded(self.level_lo, self.level_hi),
+                                        profile_bins=a.profile_bins if self.reference is not None else 0, rng=self._noise)
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
         self._run_span = (-math.inf, -math.inf)
         # The open run's charge in the ledger; the alarm publishes the run's number instead
@@ -253,7 +256,7 @@ class WindowReleaser:
                 comparison = self.reference.compare(self.reference.window_index(window.start), units, window.entities,
                                                     self.alarm.run_rate_units(est))
             answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,
-                                             comparison=comparison)
+                                             comparison=comparison, load=profile_load(est, window.start))
             if answer.state == "fired":
                 self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))

@@ -64,7 +64,7 @@ import numpy as np
 from monitor.alarm.calibrate import baseline_problem, baseline_rate_error, kappa_upper, span_flag_cap, span_windows
 from monitor.dp import noise_source
 
-__all__ = ["BaselineEstimate", "BaselineTracker"]
+__all__ = ["BaselineEstimate", "BaselineTracker", "profile_load"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,9 @@ class BaselineEstimate:
     ``flag_cap`` is the span's per-unit clip of the flagged total (None: each event a unit).
     ``kappa`` is an upper estimate of E[w^2] / E[w] over the span (the released ratio plus one
     standard deviation of its noise, in [KAPPA_FLOOR, 1]); None when not released.
+    ``profile``: the normal flagged weight per window in each equal part of the day (UTC, from
+    midnight) relative to the day's mean, each raised by one standard deviation of its noise
+    (an upper estimate: the alarm's threshold scales its spread by it); None when not released.
     """
 
     rate: float
@@ -96,6 +99,7 @@ class BaselineEstimate:
     normal_parts: "tuple[float, ...] | None" = None
     flag_cap: "int | None" = None
     kappa: "float | None" = None
+    profile: "tuple[float, ...] | None" = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,8 +107,9 @@ class BaselineEstimate:
     @classmethod
     def from_dict(cls, data: dict) -> "BaselineEstimate":
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        if fields.get("normal_parts") is not None:
-            fields["normal_parts"] = tuple(float(x) for x in fields["normal_parts"])
+        for key in ("normal_parts", "profile"):
+            if fields.get(key) is not None:
+                fields[key] = tuple(float(x) for x in fields[key])
         return cls(**fields)
 
 
@@ -129,7 +134,7 @@ class BaselineTracker:
     def __init__(self, epsilon_flagged: float, epsilon_events: float, window_seconds: float,
                  warmup_seconds: float, refresh_seconds: float, flag_cap: int | None = None,
                  epsilon_warmup: float | None = None, epsilon_parts: float | None = None, n_parts: int = 0,
-                 release_kappa: bool = False, rng=None) -> None:
+                 release_kappa: bool = False, profile_bins: int = 0, rng=None) -> None:
         epsilon_warmup = epsilon_flagged if epsilon_warmup is None else epsilon_warmup
         checked = [("epsilon_flagged", epsilon_flagged), ("epsilon_events", epsilon_events), ("epsilon_warmup", epsilon_warmup)]
         for name, value in checked + ([("epsilon_parts", epsilon_parts)] if epsilon_parts is not None else []):
@@ -149,6 +154,11 @@ class BaselineTracker:
             raise ValueError(f"flag_cap must be a positive integer or None, got {flag_cap!r}")
         self.flag_cap = None if flag_cap is None else int(flag_cap)
         self.release_kappa = bool(release_kappa)
+        if int(profile_bins) != profile_bins or profile_bins < 0 or (profile_bins and 86400 % profile_bins):
+            raise ValueError(f"profile_bins must be 0 or a divisor of 86400, got {profile_bins!r}")
+        # A daily profile needs spans of whole days, so that every part of the day is covered alike.
+        whole_days = abs(self.refresh_seconds / 86400 - round(self.refresh_seconds / 86400)) < 1e-9
+        self.profile_bins = int(profile_bins) if whole_days else 0
         self._noise = noise_source(rng)
         self._per_unit: Counter = _UnitTotals()
         self.estimate: BaselineEstimate | None = None
@@ -158,6 +168,7 @@ class BaselineTracker:
         self._squared = 0.0  # the clipped weight's sum(w^2) part (w times each counted share)
         self._events = 0
         self._parts = np.zeros(self.n_parts)
+        self._bins = np.zeros((2, self.profile_bins))  # per part of the day: clipped sum w^2, sum w
 
     @property
     def _next_epsilon_flagged(self) -> float:
@@ -218,6 +229,7 @@ class BaselineTracker:
         # A weight outside [0, 1] (or NaN) would break the sensitivity: clip it here, whatever the caller did.
         w = np.clip(np.nan_to_num(w.astype(float), nan=0.0), 0.0, 1.0)
         self._events += int(w.size)
+        before = (self._squared, self._flagged)
         on = np.flatnonzero(w > 0)
         if self.n_parts:
             if parts is None or np.shape(parts) != w.shape:
@@ -230,6 +242,7 @@ class BaselineTracker:
             self._squared += float(np.dot(w, w))
             if self.n_parts:
                 np.add.at(self._parts, p, w[on])
+            self._add_to_profile(window_start, before)
             return
         if len(entities) != w.size:
             raise ValueError("flag_cap needs one entity per event")
@@ -244,6 +257,19 @@ class BaselineTracker:
                 self._squared += add * float(w[i])  # in [0, add]: the pair's parts stay non-negative
                 if self.n_parts:
                     self._parts[p[j]] += add
+        self._add_to_profile(window_start, before)
+
+    def _add_to_profile(self, window_start: float, before: tuple[float, float]) -> None:
+        # The window's clipped additions go to its part of the day: a unit's clipped weight is
+        # split over the parts, so the profile's L1 sensitivity is the flagged total's.
+        if self.profile_bins:
+            b = int((float(window_start) % 86400.0) // (86400.0 / self.profile_bins))
+            self._bins[0, b] += self._squared - before[0]
+            self._bins[1, b] += self._flagged - before[1]
+
+    @property
+    def _releases_profile(self) -> bool:
+        return self.profile_bins > 0 and not self.warming_up
 
     def due(self, window_end: float) -> bool:
         """Has the current span reached its scheduled length (a function of time only)?"""
@@ -266,14 +292,22 @@ class BaselineTracker:
         flagged_sensitivity = 1 if cap is None else min(cap, w)
         epsilon, eps_flagged = self.epsilon, self._next_epsilon_flagged
         kappa = None
+        profile = self.estimate.profile if self.estimate is not None else None
+        scale = flagged_sensitivity / eps_flagged
+        # The flagged total as one histogram, L1 sensitivity = the total's: split into (sum w^2,
+        # sum w - w^2) for kappa, and into the parts of the day for the profile. Its cells add up.
+        cells = (np.array([[self._squared], [self._flagged - self._squared]]) if not self._releases_profile
+                 else np.array([self._bins[0], self._bins[1] - self._bins[0]]))
+        if not self.release_kappa:
+            cells = cells.sum(axis=0, keepdims=True)
+        noisy = np.atleast_1d(self._noise.laplace(scale, center=cells.reshape(-1))).reshape(cells.shape)
+        flagged = float(noisy.sum())
         if self.release_kappa:
-            # One histogram of two parts (sum w^2, sum w - w^2): L1 sensitivity = the flagged total's.
-            squared, rest = np.atleast_1d(self._noise.laplace(
-                flagged_sensitivity / eps_flagged, center=np.array([self._squared, self._flagged - self._squared])))
-            flagged = float(squared + rest)
-            kappa = kappa_upper(float(squared), flagged, flagged_sensitivity / eps_flagged)
-        else:
-            flagged = self._noise.laplace(flagged_sensitivity / eps_flagged, center=float(self._flagged))
+            kappa = kappa_upper(float(noisy[0].sum()), flagged, scale * math.sqrt(noisy.shape[1]))
+        if self._releases_profile:
+            per_bin = noisy.sum(axis=0)
+            upper = per_bin + scale * math.sqrt(2.0 * noisy.shape[0])
+            profile = _profile(upper, flagged / self.profile_bins)
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         normal_parts = self.estimate.normal_parts if self.estimate is not None else None
         if self._releases_parts:
@@ -288,10 +322,11 @@ class BaselineTracker:
             rate = self.estimate.rate if self.estimate is not None else 0.0
         per_window = max(0.0, events / w)
         error = baseline_rate_error(rate, per_window, w, eps_flagged, self.epsilon_events, flagged_sensitivity,
-                                    events_sensitivity, flagged_parts=2 if self.release_kappa else 1)
+                                    events_sensitivity, flagged_parts=int(noisy.size))
         self.estimate = BaselineEstimate(
             rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
             span_windows=w, epsilon=epsilon, rate_error=error, normal_parts=normal_parts, flag_cap=cap, kappa=kappa,
+            profile=profile,
         )
         self._released += 1
         self.skip()
@@ -301,6 +336,7 @@ class BaselineTracker:
         """Drop the current span unreleased (the budget could not pay for it)."""
         self._span_start, self._flagged, self._squared, self._events = None, 0.0, 0.0, 0
         self._parts = np.zeros(self.n_parts)
+        self._bins = np.zeros((2, self.profile_bins))
         self._per_unit.clear()
 
     def resume(self, estimate: BaselineEstimate | None) -> None:
@@ -316,3 +352,20 @@ def _shares(noisy: np.ndarray) -> "tuple[float, ...] | None":
     if not total > 0:
         return None
     return tuple(float(x) for x in clipped / total)
+
+
+def _profile(upper: np.ndarray, mean: float) -> "tuple[float, ...] | None":
+    """Each part of the day's upper flagged weight over the day's mean per part, in [0.25, 8]
+    (post-processing); None when the day's total is not positive."""
+    if not mean > 0:
+        return None
+    return tuple(float(x) for x in np.clip(upper / mean, 0.25, 8.0))
+
+
+def profile_load(estimate: "BaselineEstimate | None", window_start: float) -> "float | None":
+    """The released profile's factor for the part of the day holding ``window_start`` (public);
+    None without a profile."""
+    if estimate is None or not estimate.profile:
+        return None
+    bins = len(estimate.profile)
+    return estimate.profile[int((float(window_start) % 86400.0) // (86400.0 / bins))]

@@ -13,14 +13,17 @@ event per unit per window; A_uj = 0 when it sent none). The unit's prediction fo
 i is a linear combination of its own earlier values,
 
     B_ui = mean_{Y_i} A_u + mean_{T_i} A_u - mean_{YT_i} A_u     ("rhythm", a day of history)
-    B_ui = mean_{T_i} A_u                                         ("recent", less than a day)
+    B_ui = sum_{j in TT_i} c_ij A_uj                              ("recent", less than a day)
     B_ui = 0                                                      ("baseline", no history yet)
 
-with T_i the ``recent_windows`` windows before i, Y_i the ``seasonal_windows`` windows
-centred on i one period (a day) earlier and YT_i the recent windows one period earlier:
-yesterday's shape at this hour, moved by how today's last hour differs from yesterday's.
-Windows that paged or held (public answers) are left out of every set, so a surge does not
-become tomorrow's normal. The statistic is
+with T_i the last ``recent_windows`` windows before i, Y_i the ``seasonal_windows`` windows
+centred on i one period (a day) earlier and YT_i the recent windows before that: yesterday's
+shape at this hour, moved by how today's last hour differs from yesterday's. Before a day of
+history, the least-squares line through the last 2 ``recent_windows`` windows (TT_i),
+extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
+Windows that paged or held (public answers) are left out of every set (the last answered
+windows are taken instead), so a surge does not become the normal it is compared with.
+The statistic is
 
     a_i = sum_u clip(A_ui - B_ui, -(tau + slack), 1 - tau)
 
@@ -43,9 +46,9 @@ exceeds ``slack`` (three full flags in the last hour, say), the high end only by
 tau for a fully flagged event of a unit with no history. The low end lifts the statistic a
 little (a persistently flagged person who goes offline); the threshold's margin covers it.
 
-Without an entity field every event is its own unit and sits in one window only, so its
-term in a later window is -c_j A_uj with |c_j| <= 1 / recent_windows <= slack: no clip can
-bind, and the sum over units is the same combination of window totals, computed directly.
+Without an entity field every event is its own unit and sits in one window only: its term
+in window i is clip(-c_ij A_ej) if it came in an earlier window j, or A_ei, clipped the same
+way, so the same interval holds.
 
 >>> ref = RhythmReference(window_seconds=300, recent_windows=2, seasonal_windows=1, slack=0.5)
 >>> for i in range(3):
@@ -74,11 +77,13 @@ ReferenceMode = Literal["baseline", "recent", "rhythm"]
 class Comparison:
     """One window's statistic against the reference (private: never published) and how it
     was formed (public). ``variance_factor``: the statistic's normal variance relative to
-    the window's own, 1 + the sum of the prediction's squared coefficients."""
+    the window's own, 1 + the sum of the prediction's squared coefficients; ``relative_error``:
+    how far the prediction itself may be off, as a share of the normal count."""
 
     statistic: int
     mode: ReferenceMode
     variance_factor: float
+    relative_error: float = 0.0
 
 
 class RhythmReference:
@@ -90,30 +95,36 @@ class RhythmReference:
         The window grid and the rhythm's period (a day); the seasonal mode needs a period
         of a whole number of windows.
     recent_windows:
-        Windows in T_i, the recent level (and in YT_i). At least half of them must have
-        been answered (not paged) for the recent mode.
+        Windows in T_i, the recent level (and in YT_i): the last ones answered without a
+        page. Before a day of history the trend over twice as many (at least as many).
     seasonal_windows:
         Windows in Y_i, centred on the same hour a period earlier (odd; an even number is
-        made odd by one). At least half of them, and of YT_i, for the rhythm mode.
+        made odd by one). At least half of them, and all of YT_i, for the rhythm mode.
     slack:
         How far below -tau a unit's term may go: the interval is [-(tau + slack), 1 - tau].
-        Must be at least 1 / recent_windows, so that events without an entity never clip.
+    trend_error:
+        How far the recent mode's trend may miss the rhythm, as a share of the normal count
+        (public): the threshold counts it like a baseline's error. Measured about 0.1 on
+        the shared sets with a daily swing of 2.8 (docs/alarm.md).
     resolution:
         Integer units per event weight.
     """
 
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 13,
-                 slack: float = 0.25, period_seconds: float = 86400.0, resolution: int = RESOLUTION) -> None:
+                 slack: float = 0.25, period_seconds: float = 86400.0, trend_error: float = 0.1,
+                 resolution: int = RESOLUTION) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
         if int(seasonal_windows) != seasonal_windows or seasonal_windows < 1:
             raise ValueError(f"seasonal_windows must be a positive integer, got {seasonal_windows!r}")
-        if not (math.isfinite(slack) and 1.0 / recent_windows <= slack <= 1.0):
-            raise ValueError(f"slack must be in [1 / recent_windows, 1], got {slack!r}")
+        if not (math.isfinite(slack) and 0.0 < slack <= 1.0):
+            raise ValueError(f"slack must be in (0, 1], got {slack!r}")
         self.window_seconds = float(window_seconds)
         self.recent_windows = int(recent_windows)
         self.half_seasonal = int(seasonal_windows) // 2
         self.slack = float(slack)
+        self.trend_windows = 2 * self.recent_windows
+        self.trend_error = float(trend_error)
         self.resolution = int(resolution)
         ratio = float(period_seconds) / self.window_seconds
         # A period of a whole number of windows, longer than what it is compared with.
@@ -180,22 +191,41 @@ class RhythmReference:
         return out
 
     # -- the comparison ---------------------------------------------------------------
-    def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], float]]]:
-        """The mode and the prediction's (windows, coefficient) parts: public (the calendar
-        and which windows were answered without a page)."""
-        def used(lo: int, hi: int) -> list[int]:
-            return [j for j in range(lo, hi) if j in self._windows and not self._windows[j][2]]
+    def _answered(self, before: int, count: int) -> list[int]:
+        """The last ``count`` windows before ``before`` that were answered without a page,
+        looking back at most 4 ``count`` windows (public: the calendar and the answers)."""
+        out = []
+        for j in range(before - 1, before - 1 - 4 * count, -1):
+            entry = self._windows.get(j)
+            if entry is not None and not entry[2]:
+                out.append(j)
+                if len(out) == count:
+                    break
+        return out[::-1]
 
-        recent = used(index - self.recent_windows, index)
-        if 2 * len(recent) < self.recent_windows:
-            return "baseline", []
+    def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], np.ndarray]]]:
+        """The mode and the prediction's parts, each (windows, their coefficients): public (the
+        calendar and which windows were answered without a page)."""
         if self.period is not None:
             day = index - self.period
-            same = used(day - self.half_seasonal, day + self.half_seasonal + 1)
-            before = used(day - self.recent_windows, day)
-            if 2 * len(same) >= 2 * self.half_seasonal + 1 and 2 * len(before) >= self.recent_windows:
-                return "rhythm", [(same, 1.0 / len(same)), (recent, 1.0 / len(recent)), (before, -1.0 / len(before))]
-        return "recent", [(recent, 1.0 / len(recent))]
+            same = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1)
+                    if j in self._windows and not self._windows[j][2]]
+            recent = self._answered(index, self.recent_windows)
+            before = self._answered(day, self.recent_windows)
+            if (2 * len(same) >= 2 * self.half_seasonal + 1 and len(recent) == self.recent_windows
+                    and len(before) == self.recent_windows):
+                return "rhythm", [(same, np.full(len(same), 1.0 / len(same))),
+                                  (recent, np.full(len(recent), 1.0 / len(recent))),
+                                  (before, np.full(len(before), -1.0 / len(before)))]
+        # Less than a day of history: the recent level and its trend, extrapolated to this
+        # window (least squares over twice the recent windows), so a rising hour is not a surge.
+        trend = self._answered(index, self.trend_windows)
+        if 2 * len(trend) < self.trend_windows:
+            return "baseline", []
+        x = np.asarray(trend, dtype=float)
+        dx = x - x.mean()
+        coef = 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
+        return "recent", [(trend, coef)]
 
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int) -> Comparison:
         """Window ``index``'s statistic, in integer units, for the baseline rate ``m`` (tau in
@@ -206,22 +236,23 @@ class RhythmReference:
         plain = int(units.sum()) - m * int(units.size)
         if not parts:
             return Comparison(plain, "baseline", 1.0)
-        variance = 1.0 + sum(len(ws) * c * c for ws, c in parts)
+        variance = 1.0 + sum(float(np.dot(c, c)) for _, c in parts)
+        lo, hi = -(m + self.slack_units), self.resolution - m
         ids_now = self._unit_ids(entities, units.size) if entities else np.full(units.size, -1, dtype=np.int64)
-        if (units.size and ids_now[0] < 0) or not self._ids:
-            # Events are their own units: a window total minus the combination of totals
-            # (no clip can bind, see the module docstring).
-            pred = 0.0
-            for ws, c in parts:
-                pred += c * sum(int(self._windows[j][1].sum()) - m * int(self._windows[j][1].size) for j in ws)
-            return Comparison(plain - int(np.rint(pred)), mode, variance)
+        # Events without an entity are units of their own: each term on its own, clipped.
+        total = int(np.clip(units[ids_now < 0] - m, lo, hi).sum())
         n_units = len(self._ids)
-        a_now = np.bincount(ids_now, weights=(units - m).astype(float), minlength=n_units)
+        a_now = np.bincount(ids_now[ids_now >= 0], weights=(units[ids_now >= 0] - m).astype(float), minlength=n_units)
         pred = np.zeros(n_units)
-        for ws, c in parts:
-            for j in ws:
+        for ws, coef in parts:
+            for j, c in zip(ws, coef):
                 ids, u, _ = self._windows[j]
-                ok = ids >= 0
-                pred += c * np.bincount(ids[ok], weights=(u[ok] - m).astype(float), minlength=n_units)
-        terms = np.clip(np.rint(a_now - pred), -(m + self.slack_units), self.resolution - m)
-        return Comparison(int(terms.sum(dtype=np.int64)), mode, variance)
+                own = ids < 0
+                if own.any():
+                    total += int(np.clip(np.rint(-c * (u[own] - m)), lo, hi).sum())
+                named = ~own
+                if named.any():
+                    pred += c * np.bincount(ids[named], weights=(u[named] - m).astype(float), minlength=n_units)
+        if n_units:
+            total += int(np.clip(np.rint(a_now - pred), lo, hi).sum(dtype=np.int64))
+        return Comparison(total, mode, variance, self.trend_error if mode == "recent" else 0.0)

@@ -208,33 +208,38 @@ class SurgeAlarm:
         self.run = None
         self._band = None
 
-    def window_threshold(self, baseline: BaselineEstimate, comparison: Comparison | None = None) -> float:
-        """T_i in events: public, from the config, the released baseline and the reference's
+    def window_threshold(self, baseline: BaselineEstimate, comparison: Comparison | None = None,
+                         load: float | None = None) -> float:
+        """T_i in events: public, from the config, the released baseline (``load``: its daily
+        profile's factor at this window's hour, ``baseline.profile_load``) and the reference's
         public mode (``comparison.mode`` and ``variance_factor``) only."""
         expected = max(0.0, baseline.rate * baseline.events_per_window)
         if self.threshold is not None:
             return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
         # This alarm's own noise scales, in events (the pages' noise is widened by the tau band).
         # A baseline is released once a day and the reference has three modes: few thresholds to derive.
-        factor = 1.0 if comparison is None or comparison.mode == "baseline" else comparison.variance_factor
-        key = (baseline.rate, baseline.events_per_window, baseline.rate_error, baseline.kappa, round(factor, 9))
+        against = comparison is not None and comparison.mode != "baseline"
+        factor = comparison.variance_factor if against else 1.0
+        # Against the rhythm reference the baseline's rate enters only through n_i minus its
+        # prediction, so its error is left out; the prediction's own error takes its place.
+        rate_error = comparison.relative_error * baseline.rate if against else baseline.rate_error
+        key = (baseline.rate, baseline.events_per_window, rate_error, baseline.kappa, round(factor, 9), load)
         if key not in self._derived:
-            if len(self._derived) > 64:
+            if len(self._derived) > 256:
                 self._derived.clear()
-            self._derived[key] = self._derive(baseline, factor)
+            self._derived[key] = self._derive(baseline, factor, rate_error, load)
         return self._derived[key]
 
-    def _derive(self, baseline: BaselineEstimate, variance_factor: float = 1.0) -> float:
-        # Against the rhythm reference the baseline's rate enters only through n_i minus its
-        # prediction, so its error is left out; the prediction's own variance is the factor.
+    def _derive(self, baseline: BaselineEstimate, variance_factor: float, rate_error: float, load: float | None) -> float:
         kappa = self.kappa if baseline.kappa is None else baseline.kappa
-        with_reference = variance_factor != 1.0
+        # With a daily profile the hour's expected flagged weight is the mean's times its
+        # factor (volume and make-up together); without one the traffic's swing is averaged.
+        events = baseline.events_per_window * (1.0 if load is None else load)
         return false_page_threshold(
-            rate=baseline.rate, events=baseline.events_per_window,
-            rate_error=0.0 if with_reference else baseline.rate_error,
+            rate=baseline.rate, events=events, rate_error=rate_error * (1.0 if load is None else 1.0 / load),
             epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
             false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds,
-            kappa=kappa * variance_factor, swing=self.traffic_swing)
+            kappa=kappa * variance_factor, swing=self.traffic_swing if load is None else 0.0)
 
     def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True) -> AlarmAnswer:
         """Answer one window, in window order, from its count of flagged events (weight 1
@@ -243,16 +248,18 @@ class SurgeAlarm:
         return self.answer_units(RESOLUTION * int(flagged), events, baseline, can_page)
 
     def answer_units(self, units: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True,
-                     problem: str | None = None, comparison: Comparison | None = None) -> AlarmAnswer:
+                     problem: str | None = None, comparison: Comparison | None = None,
+                     load: float | None = None) -> AlarmAnswer:
         """Answer one window from its weight units (the sum over its events of integers in
         [0, RESOLUTION]: ``calibrate.weight_units``). ``problem``: the caller found the
         baseline unusable (``calibrate.baseline_problem``): no query, and the answer says why.
         ``comparison``: the window against the rhythm reference (``RhythmReference.compare``
         at this run's rate units); its statistic replaces units - m n, which needs
-        ``slack_units`` of at least the reference's."""
+        ``slack_units`` of at least the reference's. ``load``: the baseline's profile factor
+        at this window's hour (public)."""
         if baseline is None or problem is not None:
             return AlarmAnswer("warming_up", None, 0.0, None, None, problem=problem)
-        threshold = self.window_threshold(baseline, comparison)
+        threshold = self.window_threshold(baseline, comparison, load)
         mode = None if comparison is None else comparison.mode
         if self.holding:
             self._hold_left -= 1
