@@ -395,7 +395,7 @@ def test_a_model_fitted_on_a_few_hundred_rows_is_reported_blind_at_fit_in_budget
     assert "monitor score --input" in warning
 
     budget = " ".join(monitor("budget", cwd=work).stdout.split())
-    assert "THE MODEL IS NEARLY BLIND" in budget and "flags almost nothing" in budget, budget
+    assert "THE MODEL IS NEARLY BLIND" in budget and "a surge of them will hardly page" in budget, budget
     vis = json.loads(monitor("budget", "--json", cwd=work).stdout)["plan"]["visibility"]
     assert vis["blind"] is True and vis["sight"]["sight"] < 0.5, vis
 

@@ -311,7 +311,7 @@ def _sight_note(sight) -> str:
     enough = sight.advice()
     return ("THE MODEL IS NEARLY BLIND: events far outside its reference data weigh only "
             f"{sight.sight:.2f} more than normal ones at the alarm's levels ({100 * sight.flagged_share:.0f} % weigh fully), "
-            "so it flags almost nothing and a surge of them will hardly page"
+            "so it flags few of them and a surge of them will hardly page"
             + (f" (refit on {enough}" if enough else " (refit with more reference rows or a larger model.epsilon")
             + "; `monitor score --input` on known anomalies checks it); ")
 

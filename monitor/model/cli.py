@@ -166,7 +166,7 @@ def _report_sight(model, cfg, n_rows: int) -> None:
             f"refit with more reference rows or a larger model.epsilon (its cells already hold a few noise scales of "
             f"records: with {len(cfg.feature_names)} features an event unusual in one feature alone is diluted among "
             f"its {len(model.grids_)} grids), or raise alarm.contamination (a lower upper level)")
-    print(f"warning: the model is nearly blind (it flags almost none of the events it should): with {n_rows} reference rows at model.epsilon="
+    print(f"warning: the model is nearly blind: with {n_rows} reference rows at model.epsilon="
           f"{model.epsilon:g}, {probe}: a surge of such events will hardly page, whatever `monitor budget` says of "
           f"the threshold. Next step: {todo}; {check}", file=sys.stderr)
 
