@@ -468,3 +468,136 @@ def test_a_misspelt_key_stops_every_command_with_one_line(workdir, command):
     res = monitor(*command.split(), cwd=workdir)
     line = one_line_error(res, "window.size_second: unknown key")
     assert res.stderr.strip() == line and not res.stdout.strip(), (res.stdout, res.stderr)
+
+
+# ---------------------------------------------------------------- the first window, a restart, the stop
+
+
+def _iso_to_epoch(text: str) -> float:
+    import datetime
+
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def _released_windows(text: str) -> list[float]:
+    return [_iso_to_epoch(m) for m in re.findall(r"window \[(\S+Z), \S+Z\) released", text)]
+
+
+def test_producer_first_then_monitor_starts_in_its_own_window_and_warms_up_once(workdir, kafka_bootstrap):
+    """The producer starts first, then `monitor run`: the first window is the one the monitor starts
+    in (it began with windows 20 s back, released late and empty, and a warm-up baseline over them
+    paid twice); after a restart, a window that closed while it was down is published late with that
+    cause, not with "raise window.publish_delay_seconds"."""
+    from tests.streamkit import EventPacer, ledger_rows
+
+    config = workdir / "config.yaml"
+    data = yaml.safe_load(config.read_text())
+    data["stream"]["bootstrap_servers"] = kafka_bootstrap
+    topic = data["stream"]["input_topic"] = f"fh-{os.getpid()}-{time.monotonic_ns()}.events"
+    data["stream"]["group_id"] = topic + "-group"
+    data["alarm"] = {"enabled": True, "baseline_warmup_seconds": 6.0}  # the warm-up estimate after 3 windows
+    config.write_text(yaml.safe_dump(data))
+    size, lateness = data["window"]["size_seconds"], data["window"]["allowed_lateness_seconds"]
+    pacer = EventPacer(kafka_bootstrap, topic, rate=100, seed=37).start()
+    try:
+        time.sleep(4)  # events wait in the topic
+        log = workdir / "run.log"
+        t_start = time.time()
+        proc = start_monitor("run", cwd=workdir, log=log)
+        try:
+            # the warm-up estimate, and the windows where a degenerate one would be retried
+            wait_for(lambda: len(_released_windows(log.read_text())) >= 7 or proc.poll() is not None, 90,
+                     "seven released windows")
+        finally:
+            code, _ = stop(proc)
+        text = log.read_text()
+        assert code == 0 and "Traceback" not in text, text[-3000:]
+        first = re.search(r"first window \[(\S+Z), (\S+Z)\) \(the window the monitor started in\)", text)
+        assert first, text[:3000]
+        first_start, first_end = _iso_to_epoch(first.group(1)), _iso_to_epoch(first.group(2))
+        assert first_end > t_start and first_start <= time.time(), (first_start, t_start)  # it ran during it
+        assert _released_windows(text)[0] == first_start
+        # (On 2-second windows the start-up itself may outlast the first window: then it "has already
+        # closed" when announced, and is published late for that reason, never for an earlier window.)
+        assert "closed before the monitor started" not in text
+
+        records = [json.loads(r.payload) for r in ledger_rows(workdir / "ledger.sqlite") if r.payload]
+        assert records[0]["window_start"] == first_start
+        baselines = [r for r in records if any(c["kind"] == "baseline" for c in r["charges"])]
+        assert len(baselines) == 1, [(r["window_start"], r["baseline"]) for r in baselines]  # paid once
+        assert baselines[0]["baseline"]["span_start"] == first_start
+        assert baselines[0]["baseline"]["events_per_window"] > 20, baselines[0]["baseline"]  # about 200 sent
+        assert baselines[0]["alarm_detail"]["problem"] is None, baselines[0]["alarm_detail"]
+
+        # Down for a few windows while the producer goes on; the next start releases them from the backlog.
+        time.sleep(3 * size)
+        log2 = workdir / "restart.log"
+        t_restart = time.time()
+        proc = start_monitor("run", cwd=workdir, log=log2)
+        try:
+            wait_for(lambda: any(w > t_restart for w in _released_windows(log2.read_text())) or proc.poll() is not None,
+                     90, "a window after the restart")
+        finally:
+            code, _ = stop(proc)
+    finally:
+        pacer.stop()
+    text = log2.read_text()
+    assert code == 0 and "Traceback" not in text, text[-3000:]
+    late = re.findall(r"window \[(\S+Z), (\S+Z)\) published [\d.]+ s after its scheduled time: (.*)", text)
+    closed_before = [cause for _, end, cause in late if _iso_to_epoch(end) + lateness < t_restart]
+    assert closed_before, text[-3000:]
+    for cause in closed_before:
+        assert cause.startswith("the window closed before the monitor started") and "raise it" not in cause, cause
+
+
+def test_a_producer_through_a_restart_of_the_embedded_broker_as_the_readme_says(workdir):
+    """The embedded broker restarts empty with the monitor: kafka-python's default (idempotent)
+    producer then has every send refused; one made with enable_idempotence=False goes on."""
+    import threading
+
+    from kafka import KafkaProducer
+
+    from monitor.stream.broker import free_port
+
+    port = free_port()
+    set_key(workdir / "config.yaml", "stream", "embedded_broker_port", port)
+    topic = yaml.safe_load((workdir / "config.yaml").read_text())["stream"]["input_topic"]
+    acked: dict[str, list[float]] = {"default": [], "enable_idempotence=False": []}
+    halt = threading.Event()
+
+    def produce(kind: str) -> None:
+        settings = {} if kind == "default" else {"enable_idempotence": False}
+        producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", value_serializer=lambda e: json.dumps(e).encode(),
+                                 **settings)
+        i = 0
+        while not halt.is_set():
+            future = producer.send(topic, {"id": f"{kind}-{i}", "ts": time.time(), "hr": 75.0, "spo2": 96.0})
+            future.add_callback(lambda _, when=time.time(): acked[kind].append(when))
+            i += 1
+            time.sleep(0.02)
+        producer.close(timeout=0)
+
+    log = workdir / "run.log"
+    proc = start_monitor("run", cwd=workdir, log=log)
+    threads = []
+    try:
+        wait_for(lambda: "caught up" in log.read_text() or proc.poll() is not None, 60, "the monitor to start")
+        threads = [threading.Thread(target=produce, args=(kind,), daemon=True) for kind in acked]
+        for t in threads:
+            t.start()
+        wait_for(lambda: all(len(v) > 20 for v in acked.values()), 30, "both producers to be acknowledged")
+        code, _ = stop(proc)
+        assert code == 0, log.read_text()[-2000:]
+        log2 = workdir / "restart.log"
+        t_restart = time.time()
+        proc = start_monitor("run", cwd=workdir, log=log2)
+        wait_for(lambda: "caught up" in log2.read_text() or proc.poll() is not None, 60, "the monitor to start again")
+        wait_for(lambda: sum(w > t_restart for w in acked["enable_idempotence=False"]) > 20, 30,
+                 "the producer without idempotence to be acknowledged after the restart")
+        time.sleep(5)  # the default producer's chance to recover
+    finally:
+        halt.set()
+        for t in threads:
+            t.join(10)
+        stop(proc)
+    assert sum(w > t_restart for w in acked["default"]) == 0  # as the README says: restart it too

@@ -26,7 +26,7 @@ from monitor.budget.plan import iso
 
 log = logging.getLogger("monitor.stream")
 
-__all__ = ["WindowPublisher", "SEND_TIMEOUT_S", "release_summary"]
+__all__ = ["WindowPublisher", "SEND_TIMEOUT_S", "release_summary", "late_cause"]
 
 SEND_TIMEOUT_S = 30.0
 # A publication this close to its scheduled time is on time: waking up from the wait, or a
@@ -43,6 +43,29 @@ def late_by(released_at: float, now: float) -> float | None:
     """
     late = now - released_at
     return late if late >= LATE_TOLERANCE_S else None
+
+
+def late_cause(*, close_time: float, started_at: float | None, read_after_close: float, release_took: float,
+               publish_delay: float) -> str:
+    """Why a window was published after its scheduled time, in words, with what helps.
+
+    Only a release slower than ``window.publish_delay_seconds`` is fixed by raising it; a
+    window that closed before the monitor started, or whose events were still being read
+    after its close (a backlog, a slow or rejoining stage 1), is late whatever the delay.
+
+    >>> late_cause(close_time=100.0, started_at=120.0, read_after_close=30.0, release_took=0.1, publish_delay=5)
+    'the window closed before the monitor started (released from the backlog at the start); a longer window.publish_delay_seconds would not help'
+    >>> late_cause(close_time=100.0, started_at=50.0, read_after_close=0.0, release_took=6.5, publish_delay=5)
+    'the release took 6.5 s, longer than window.publish_delay_seconds (5 s): raise it'
+    """
+    if started_at is not None and close_time < started_at:
+        return ("the window closed before the monitor started (released from the backlog at the start); "
+                "a longer window.publish_delay_seconds would not help")
+    if read_after_close >= release_took:
+        return (f"its input was still being read {read_after_close:.1f} s after its close (catching up on a backlog, or a "
+                "slow or rejoining stage 1); a longer window.publish_delay_seconds would not help")
+    return (f"the release took {release_took:.1f} s, longer than window.publish_delay_seconds ({publish_delay:g} s): "
+            "raise it")
 
 
 def release_summary(record: dict) -> str:
@@ -103,6 +126,7 @@ class WindowPublisher:
         self.report_cost = self.releaser.report_cost
         self.windows_closed = 0
         self.release_latencies: list[float] = []
+        self.started_at: float | None = None  # when the service started (set by it): for the cause of a late publication
 
     def close(self, window) -> Any:
         """Release (or find in the ledger) one window, durably, then publish it on schedule."""
@@ -111,7 +135,9 @@ class WindowPublisher:
         # The release is stamped and published at a time fixed by the schedule alone, so
         # neither the stamp nor the moment it appears says how long the release took.
         released_at = close_time + cfg.publish_delay_seconds
+        handed_at = time.time()
         outcome = self.releaser.release(window, released_at)
+        release_took = time.time() - handed_at
         entry = outcome.entry
         if not outcome.replayed:
             latency = max(0.0, time.time() - close_time)
@@ -126,9 +152,11 @@ class WindowPublisher:
                     self._stop.wait(released_at - now)
                 elif late is not None and not outcome.replayed:
                     self.metrics.late_publications.inc()
-                    log.warning("window [%s, %s) published %.1f s after its scheduled time: the release took longer than "
-                                "window.publish_delay_seconds (%g s); raise it", iso(window.start), iso(window.end), late,
-                                cfg.publish_delay_seconds)
+                    cause = late_cause(close_time=close_time, started_at=self.started_at, release_took=release_took,
+                                       read_after_close=max(0.0, handed_at - close_time),
+                                       publish_delay=cfg.publish_delay_seconds)
+                    log.warning("window [%s, %s) published %.1f s after its scheduled time: %s", iso(window.start),
+                                iso(window.end), late, cause)
                 self.publish(entry, republished=outcome.replayed)
         elif not outcome.replayed:
             self.metrics.windows_suppressed.labels(reason=entry.reason or "budget").inc()

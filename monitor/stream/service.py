@@ -142,6 +142,8 @@ class MonitorService:
         self.counts: Counter[str] = Counter()
         self.stage1 = self.stage2 = self.publisher = None
         self.ledger = None
+        self.started_at: float | None = None  # when run() began: the first window holds it
+        self.first_window_start: float | None = None  # where stage 2's schedule begins (None: stage 1 only)
 
     # -- public -----------------------------------------------------------------------
     @property
@@ -203,6 +205,7 @@ class MonitorService:
     def run(self) -> None:
         """Run until ``stop()`` (or ``max_windows``); raises MonitorError on a setup problem."""
         cfg = self.config
+        self.started_at = time.time()
         # Both stages need the model: stage 1 flags events, stage 2's releaser drives
         # the alarm and the reports with it.
         self.model = load_model(cfg)
@@ -248,6 +251,7 @@ class MonitorService:
         self.publisher = WindowPublisher(self.config, self.ledger, self.accountant, self.metrics, None, model=self.model,
                                          noise=self._noise, stop=self._stop, on_release=self._on_release,
                                          audit=self._audit_path)
+        self.publisher.started_at = self.started_at
 
     def _start_broker(self) -> None:
         if self._bootstrap:
@@ -314,9 +318,16 @@ class MonitorService:
             # After downtime the oldest missed windows are suppressed by a public rule
             # (window.max_catch_up_windows), not released as noise that spends the budget.
             resume = startup.skip_missed_windows(self.config, self.ledger, time.time(), self.broker is not None, self.metrics)
-            # With no ledger yet, stage 2 decides once it has read the internal topic.
+            why = "after the ledger's last window"
+            if resume is None:
+                # A fresh ledger starts with the window the monitor starts in: never one that
+                # closed before (it would be published late, and a warm-up baseline over it
+                # would pay for windows nobody was reading). A function of the clock only.
+                resume = startup.first_window_start(self.config, self.started_at)
+                why = "the window the monitor started in"
+            self.first_window_start = resume
             self.stage2 = Stage2(self, self.publisher, resume)
-            startup.announce_schedule(self.config, self.ledger, resume, time.time())
+            startup.announce_schedule(self.config, self.ledger, resume, time.time(), why)
             self.stage2.subscribe(make_consumer(self._bootstrap, s.group_id + STAGE2_GROUP_SUFFIX, _without_instance_id(group)))
         if self.runs_stage1:
             self.stage1 = Stage1(self)

@@ -140,6 +140,9 @@ class Stage1:
         deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
         # Windows stage 2 may still wait for: a taken-over partition rebuilds them all.
         fresh_start = time.time() - self.lateness - self.grace
+        first_window = getattr(self.service, "first_window_start", None)  # None without a stage 2 here
+        if first_window is not None:  # nothing before this process's stage 2 begins
+            fresh_start = max(fresh_start, first_window)
         for tp in assigned:
             self._catching_up[tp] = deadline
             self._targets.pop(tp, None)

@@ -1,8 +1,8 @@
 """Stage 2: merge the shards of each window and release it once, in schedule order.
 
 One consumer in the internal topic's group (``stream.group_id`` + ``.stage2``). Windows
-are released in order from the ledger's last one (on a first start, see
-``_decide_start``), every scheduled window, empty or not. Window W is
+are released in order from the ledger's last one (on a first start, from the window the
+monitor started in), every scheduled window, empty or not. Window W is
 released as soon as every input partition has reported it (stage 1's shards are also
 "done up to W's end" markers), or once ``end + allowed_lateness + release_grace`` has
 passed, the internal topic is read up to its highwater and every partition whose stage 1
@@ -42,15 +42,15 @@ class Stage2:
 
     producers = ("alert_producer",)  # renewed after a broker error
 
-    def __init__(self, service, publisher, first_start: float | None) -> None:
+    def __init__(self, service, publisher, first_start: float) -> None:
         cfg = service.config
         self.service, self.config, self.publisher = service, cfg, publisher
         self.size = cfg.window.size_seconds
         self.lateness = cfg.window.allowed_lateness_seconds
         self.grace = cfg.window.release_grace_seconds
         self.collector = ShardCollector(self.size)
-        # Index of the next window to release; None until the first catch-up decides it.
-        self.next: int | None = None if first_start is None else math.floor(first_start / self.size + 1e-9)
+        # Index of the next window to release (public: the clock at start, or the ledger).
+        self.next = math.floor(first_start / self.size + 1e-9)
         self._pending: ClosedWindow | None = None  # merged, not yet in the ledger
         self._catching_up: dict[Any, float] = {}
         self._targets: dict[Any, int] = {}
@@ -61,24 +61,8 @@ class Stage2:
         self.bad_records = 0
 
     @property
-    def next_start(self) -> float | None:
-        return None if self.next is None else self.next * self.size
-
-    def _decide_start(self) -> None:
-        """First start (empty ledger): once the internal topic is read to its end, start
-        at the oldest window a shard there reports, but not before the oldest window
-        within its grace; with no shard yet, at the oldest window the clock has not
-        closed. Shards exist for every window from a stage-1 process's start, empty or
-        not, so this depends on when stage 1 started, never on the events."""
-        now = time.time()
-        oldest = math.floor((now - self.lateness - self.grace) / self.size)
-        earliest = self.collector.earliest
-        self.next = max(oldest, earliest) if earliest is not None else math.floor((now - self.lateness) / self.size)
-        self.collector.drop_before(self.next)
-        from monitor.stream.startup import announce_first_window
-
-        announce_first_window(self.service.config, self.next * self.size, now,
-                              "the oldest shard within its grace" if earliest is not None else "the oldest window still open")
+    def next_start(self) -> float:
+        return self.next * self.size
 
     def subscribe(self, consumer) -> None:
         from kafka import ConsumerRebalanceListener
@@ -153,19 +137,13 @@ class Stage2:
                     self.bad_records += 1
                     log.error("internal topic %d:%d: not a shard (%s); skipped", rec.partition, rec.offset, err)
                     continue
-                if self.next is None or self.collector.index_of(chunk["window_start"]) >= self.next:
+                if self.collector.index_of(chunk["window_start"]) >= self.next:
                     self.collector.add(chunk, rec.offset, rec.partition)
-        if self.next is None:
-            if not self._caught_up():
-                return
-            self._decide_start()
         self.release_ready(time.time(), grace=grace)
 
     def release_ready(self, now: float, *, grace: bool = True) -> int:
         """Release, in order, every window that is complete or past its grace; returns how many."""
         n = 0
-        if self.next is None:
-            return n
         if self._pending is not None:
             self._release(self._pending)
             n += 1
@@ -214,7 +192,7 @@ class Stage2:
                 service.wait_stage1_finished(_FINISH_WAIT_S)
             while not service.max_windows_reached:
                 self.release_ready(time.time(), grace=False)
-                due = self.next is not None and (self.next + 1) * self.size + self.lateness <= until
+                due = (self.next + 1) * self.size + self.lateness <= until
                 if not due:
                     break
                 if time.monotonic() > deadline:

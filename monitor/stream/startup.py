@@ -44,6 +44,7 @@ __all__ = [
     "announce_embedded_broker",
     "revoke_note",
     "skip_missed_windows",
+    "first_window_start",
     "announce_schedule",
     "announce_visibility",
     "CATCH_UP_REASON",
@@ -186,7 +187,8 @@ def announce_embedded_broker(bootstrap: str, moved: str | None = None) -> None:
         log.warning("%s", moved)
     log.warning("no bootstrap_servers configured: started the embedded broker. Producers (and `monitor alerts`) connect "
                 "with bootstrap_servers=%s. It keeps events IN MEMORY ONLY: events not yet released when the monitor "
-                "stops are lost, and nothing survives a restart. For real data set stream.bootstrap_servers to your Kafka",
+                "stops are lost, and nothing survives a restart (restart producers with the monitor, or give them "
+                "enable_idempotence=False). For real data set stream.bootstrap_servers to your Kafka",
                 bootstrap)
 
 
@@ -232,9 +234,25 @@ def skip_missed_windows(config, ledger, now: float, embedded: bool, metrics=None
     return skip_end
 
 
-def announce_schedule(config, ledger, first_start: float | None, now: float) -> None:
-    """Log the budget plan and, when it is known, when the first window will be released
-    (on an empty ledger stage 2 learns it from the internal topic)."""
+def first_window_start(config, started_at: float) -> float:
+    """Start of the first window on a fresh ledger: the one that holds ``started_at``, the
+    moment ``monitor run`` started (public: the clock and the config).
+
+    Events from before it are late, even when they wait in the topic: a window that closed
+    before the monitor started would be published late, and a warm-up baseline over it
+    would pay for windows nobody was reading (docs/operations.md, "When windows close").
+
+    >>> from types import SimpleNamespace
+    >>> first_window_start(SimpleNamespace(window=SimpleNamespace(size_seconds=300)), 1_763_700_123.4)
+    1763700000.0
+    """
+    size = config.window.size_seconds
+    return float(math.floor(started_at / size + 1e-9) * size)
+
+
+def announce_schedule(config, ledger, first_start: float | None, now: float,
+                      why: str = "after the ledger's last window") -> None:
+    """Log the budget plan and, when it is known, when the first window will be released."""
     plan = plan_from_config(config)
     restart = f"; {plan.restart_note()}" if plan.restart_note() else ""
     if plan.advice():
@@ -245,7 +263,7 @@ def announce_schedule(config, ledger, first_start: float | None, now: float) -> 
     if first_start is None:
         log.info("first window: decided once the input is read (the ledger is empty)")
         return
-    announce_first_window(config, first_start, now, "after the ledger's last window")
+    announce_first_window(config, first_start, now, why)
 
 
 def announce_visibility(config, ledger) -> None:
