@@ -71,6 +71,21 @@ def parse_rhythm(label: str) -> Rhythm:
     return Rhythm(parts[0], float(parts[1]) if len(parts) > 1 else 0.5)
 
 
+def _join_strengths(tokens: list[str]) -> list[str]:
+    """``wave 0.5`` given unquoted arrives as two tokens: a number joins the kind before it."""
+    out: list[str] = []
+    for tok in tokens:
+        try:
+            float(tok)
+        except ValueError:
+            out.append(tok)
+            continue
+        if not out or len(out[-1].replace(":", " ").split()) != 1:
+            raise SystemExit(f"--rhythms: {tok} follows no rhythm kind")
+        out[-1] = f"{out[-1]} {tok}"
+    return out
+
+
 def apply_overrides(base: MonitorConfig, overrides: list[str]) -> MonitorConfig:
     """``KEY=VALUE`` settings (VALUE read as YAML; KEY under ``alarm`` unless it names a section)."""
     data = base.model_dump(mode="json")
@@ -303,7 +318,12 @@ def main() -> None:
     sets = args.sets or (["38_thyroid"] if args.quick else datasets())
     seeds = 1 if args.quick else args.seeds
     scales = [(int(s.split(":")[0]), float(s.split(":")[1])) for s in args.scales] if args.scales else SCALES
-    rhythms = args.rhythms or (["wave 0.5"] if args.quick else RHYTHMS)
+    rhythms = _join_strengths(args.rhythms) if args.rhythms else (["wave 0.5"] if args.quick else RHYTHMS)
+    for label in rhythms:
+        try:
+            parse_rhythm(label)
+        except (ValueError, IndexError) as err:
+            ap.error(f"--rhythms {label!r}: {err}")
     t0 = time.perf_counter()
     results: list[dict] = []
     for path in args.from_json or []:
