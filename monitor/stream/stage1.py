@@ -397,7 +397,9 @@ class Stage1:
         # A window closed before the assignment is cut at the highwater the stage first saw.
         target = self._targets.get(tp)
         if target is None and m_owned > store.next_index:
-            target = self._targets[tp] = self.consumer.highwater(tp)
+            target = self.consumer.highwater(tp)  # past every record read so far
+            if target is not None:
+                self._targets[tp] = target
         before = idx < m_owned
         past = np.where(before, offsets >= (target if target is not None else np.iinfo(np.int64).max), first > idx)
         past &= closed & (before | np.isin(idx, ns[:-1]))  # a window with no cut at all (no highwater yet) excludes nothing
