@@ -326,6 +326,9 @@ def test_catch_up_after_downtime_is_capped_by_config_and_zero_on_the_embedded_br
         assert skip_missed_windows(cfg, ledger, now, embedded=False) == 9_970.0
         # the embedded broker starts empty: every missed window is skipped
         assert skip_missed_windows(cfg, ledger, now + 100, embedded=True) == 10_100.0  # [10090, 10100) closed at 10102
+        # ... and resumes with the window the monitor starts in: [10100, 10110), still within its
+        # lateness, held its events in the broker that stopped
+        assert skip_missed_windows(cfg, ledger, 10_111.0, embedded=True) == 10_110.0
 
 
 # ---------------------------------------------------------------- 12. the command line

@@ -206,9 +206,9 @@ def skip_missed_windows(config, ledger, now: float, embedded: bool, metrics=None
     ``max_catch_up_windows`` of the most recent ones are released from the backlog; older
     ones are recorded in the ledger as ONE suppressed entry (reason ``catch_up``) and
     counted in ``dp_monitor_windows_suppressed_total{reason="catch_up"}``. With the
-    embedded broker the cap is 0: the broker has just started empty, so a missed window
-    could only ever be released as pure noise. The rule reads the clock, the config and
-    the ledger, never the data.
+    embedded broker the cap is 0 and the schedule resumes with the window the monitor starts
+    in: the broker has just started empty, so a missed window could only ever be released
+    as pure noise. The rule reads the clock, the config and the ledger, never the data.
     """
     resume = ledger.last_window_end()
     if resume is None:
@@ -218,7 +218,9 @@ def skip_missed_windows(config, ledger, now: float, embedded: bool, metrics=None
     cap = 0 if embedded else w.max_catch_up_windows
     if cap is None:
         return resume
-    due = math.floor((now - w.allowed_lateness_seconds) / size)  # first window whose close time has not passed
+    # The first window whose close time has not passed; on the embedded broker, the window the
+    # monitor starts in: an earlier one's events were in the broker that stopped.
+    due = math.floor((now if embedded else now - w.allowed_lateness_seconds) / size)
     missed = due - math.floor(resume / size)
     if missed <= cap:
         return resume
