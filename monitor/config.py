@@ -143,6 +143,13 @@ class WindowSettings(_Strict):
         description="On SIGTERM: release the windows whose close time has passed and leave the current one to the "
         "next run (its events are re-read), or also release the current window early (later events for it are late).",
     )
+    first_window: Literal["start", "backlog"] = Field(
+        "start",
+        description="Where a fresh ledger's schedule begins: `start`, the window the monitor starts in (events already "
+        "waiting in the topic are late); `backlog`, the oldest window within allowed_lateness_seconds + "
+        "release_grace_seconds, so a new consumer group on a retained topic counts what waits there (those windows are "
+        "published late, and a warm-up baseline covers them).",
+    )
 
 
 class AlarmSettings(_Strict):
@@ -178,7 +185,7 @@ class AlarmSettings(_Strict):
         13, ge=1, le=287, description="Windows around the same hour one day earlier in the rhythm reference (odd: centred)."
     )
     rhythm_slack: float = Field(
-        0.25, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
+        0.5, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
         "moves the statistic within an interval of width 1 + rhythm_slack."
     )
     profile_bins: int = Field(
@@ -186,7 +193,7 @@ class AlarmSettings(_Strict):
         "equal parts of the UTC day (the same epsilon: one histogram), and the threshold's spread follows the hour. 0: off."
     )
     trend_error: float = Field(
-        0.1, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last two hours' trend: how "
+        0.1, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last hour's trend: how "
         "far that may miss the rhythm, as a share of the normal flagged count (the threshold counts it)."
     )
     threshold: float | None = Field(

@@ -85,18 +85,25 @@ def test_events_without_an_entity_are_their_own_units():
     assert abs(a.statistic - b.statistic) <= 40  # rounding per unit against rounding once
 
 
-def test_modes_need_answered_windows():
-    """Paged windows are left out: with too few answered ones the reference falls back, and
-    it looks further back for answered ones rather than drop to the daily rate after a page."""
+def test_modes_need_history_and_skip_yesterdays_pages():
+    """Without enough history the reference falls back to the daily rate; today's paged
+    windows still count (a lasting change is learnt), yesterday's are left out."""
     ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=2400)
-    for j in range(6):
-        ref.learn_one(j, np.array([R]), ("a",), paged=j < 3)
-    assert ref.compare(6, np.array([0]), ("a",), 0).mode == "baseline"  # 3 answered windows: too few
-    ref.learn_one(6, np.array([0]), ("a",), paged=False)
-    assert ref.compare(7, np.array([0]), ("a",), 0).mode == "recent"
-    for j in range(7, 11):
-        ref.learn_one(j, np.array([R]), ("a",), paged=True)  # a page and its hold
-    assert ref.compare(11, np.array([0]), ("a",), 0).mode == "recent"
+    ref.learn_one(0, np.array([R]), ("a",), paged=True)
+    assert ref.compare(1, np.array([0]), ("a",), 0).mode == "baseline"  # 1 window of 4: too few
+    for j in range(1, 4):
+        ref.learn_one(j, np.array([R]), ("a",), paged=True)
+    assert ref.compare(4, np.array([R]), ("a",), 0).statistic == 0  # a's full weight is its new normal
+    for paged in (True, False):
+        ref = RhythmReference(300, recent_windows=4, seasonal_windows=5, period_seconds=2400)
+        for j in range(17):
+            heavy = j in (8, 9)  # a page (or, the second time, two unpaged heavy windows) yesterday
+            ref.learn_one(j, np.array([R if heavy else 0]), ("a",), paged=paged and heavy)
+        c = ref.compare(17, np.array([0]), ("a",), 0)
+        assert c.mode == "rhythm"
+        # Yesterday's same hour is windows 7..11: with its pages left out a's prediction is 0;
+        # counted, it is 2R / 5 minus the R / 4 of the hour before it.
+        assert c.statistic == (0 if paged else -round(2 * R / 5 - R / 4))
 
 
 def test_follows_a_daily_rhythm_the_daily_rate_misses():

@@ -19,10 +19,12 @@ i is a linear combination of its own earlier values,
 with T_i the last ``recent_windows`` windows before i, Y_i the ``seasonal_windows`` windows
 centred on i one period (a day) earlier and YT_i the recent windows before that: yesterday's
 shape at this hour, moved by how today's last hour differs from yesterday's. Before a day of
-history, the least-squares line through the last 2 ``recent_windows`` windows (TT_i),
+history, the least-squares line through the last ``recent_windows`` windows (TT_i),
 extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
-Windows that paged or held (public answers) are left out of every set (the last answered
-windows are taken instead), so a surge does not become the normal it is compared with.
+Windows that paged or held (public answers) are left out of the day-old sets (the last
+answered windows are taken instead), so yesterday's surge is not today's normal; today's
+windows all count, so a lasting change is learnt within the hour rather than paged every
+window after the hold (a surge pages at its onset, once).
 The statistic is
 
     a_i = sum_u clip(A_ui - B_ui, -(tau + slack), 1 - tau)
@@ -96,7 +98,7 @@ class RhythmReference:
         of a whole number of windows.
     recent_windows:
         Windows in T_i, the recent level (and in YT_i): the last ones answered without a
-        page. Before a day of history the trend over twice as many (at least as many).
+        page. Before a day of history, the trend through them (at least half of them).
     seasonal_windows:
         Windows in Y_i, centred on the same hour a period earlier (odd; an even number is
         made odd by one). At least half of them, and all of YT_i, for the rhythm mode.
@@ -111,7 +113,7 @@ class RhythmReference:
     """
 
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 13,
-                 slack: float = 0.25, period_seconds: float = 86400.0, trend_error: float = 0.1,
+                 slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.1,
                  resolution: int = RESOLUTION) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
@@ -123,7 +125,6 @@ class RhythmReference:
         self.recent_windows = int(recent_windows)
         self.half_seasonal = int(seasonal_windows) // 2
         self.slack = float(slack)
-        self.trend_windows = 2 * self.recent_windows
         self.trend_error = float(trend_error)
         self.resolution = int(resolution)
         ratio = float(period_seconds) / self.window_seconds
@@ -191,13 +192,14 @@ class RhythmReference:
         return out
 
     # -- the comparison ---------------------------------------------------------------
-    def _answered(self, before: int, count: int) -> list[int]:
-        """The last ``count`` windows before ``before`` that were answered without a page,
-        looking back at most 4 ``count`` windows (public: the calendar and the answers)."""
+    def _last(self, before: int, count: int, answered: bool) -> list[int]:
+        """The last ``count`` windows before ``before`` (with ``answered``: only those answered
+        without a page), looking back at most 4 ``count`` windows (public: the calendar and
+        the answers)."""
         out = []
         for j in range(before - 1, before - 1 - 4 * count, -1):
             entry = self._windows.get(j)
-            if entry is not None and not entry[2]:
+            if entry is not None and not (answered and entry[2]):
                 out.append(j)
                 if len(out) == count:
                     break
@@ -208,19 +210,28 @@ class RhythmReference:
         calendar and which windows were answered without a page)."""
         if self.period is not None:
             day = index - self.period
-            same = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1)
-                    if j in self._windows and not self._windows[j][2]]
-            recent = self._answered(index, self.recent_windows)
-            before = self._answered(day, self.recent_windows)
+            hour = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
+            same = [j for j in hour if not self._windows[j][2]]
+            if 2 * len(same) < len(hour):
+                # Yesterday paged through most of this hour: a change it saw first (a shift
+                # starting) is today's normal more likely than a surge at the same time again.
+                same = hour
+            # Today's windows count whether they paged or not: a lasting change (a new normal)
+            # is learnt within the hour instead of paging every window after the hold. The
+            # day-old sets leave yesterday's pages out, so a surge is not tomorrow's normal.
+            recent = self._last(index, self.recent_windows, answered=False)
+            before = self._last(day, self.recent_windows, answered=True)
+            if len(before) < self.recent_windows:
+                before = self._last(day, self.recent_windows, answered=False)
             if (2 * len(same) >= 2 * self.half_seasonal + 1 and len(recent) == self.recent_windows
                     and len(before) == self.recent_windows):
                 return "rhythm", [(same, np.full(len(same), 1.0 / len(same))),
                                   (recent, np.full(len(recent), 1.0 / len(recent))),
                                   (before, np.full(len(before), -1.0 / len(before)))]
         # Less than a day of history: the recent level and its trend, extrapolated to this
-        # window (least squares over twice the recent windows), so a rising hour is not a surge.
-        trend = self._answered(index, self.trend_windows)
-        if 2 * len(trend) < self.trend_windows:
+        # window (least squares over the recent windows), so a rising hour is not a surge.
+        trend = self._last(index, self.recent_windows, answered=False)
+        if 2 * len(trend) < self.recent_windows:
             return "baseline", []
         x = np.asarray(trend, dtype=float)
         dx = x - x.mean()
