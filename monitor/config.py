@@ -189,8 +189,9 @@ class AlarmSettings(_Strict):
         "moves the statistic within an interval of width 1 + rhythm_slack."
     )
     profile_bins: int = Field(
-        12, ge=0, le=288, description="With follow_rhythm: the daily baseline's flagged total is released split over this many "
-        "equal parts of the UTC day (the same epsilon: one histogram), and the threshold's spread follows the hour. 0: off."
+        24, ge=0, le=288, description="With follow_rhythm: the daily baseline's flagged total is released split over this many "
+        "equal parts of the UTC day (the same epsilon: one histogram; smoothed to 3 harmonics), and the threshold's spread "
+        "follows the hour. 0: off."
     )
     trend_error: float = Field(
         0.1, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last hour's trend: how "

@@ -143,3 +143,59 @@ def test_surge_alarm_noise_covers_the_slack():
 def test_slack_is_checked():
     with pytest.raises(ValueError, match="slack"):
         RhythmReference(300, recent_windows=2, slack=0.0)
+
+
+def _cells(tracker):
+    """The profile histogram the tracker would release: (sum w^2, sum w - w^2) per part of the day."""
+    return np.concatenate([tracker._bins[0], tracker._bins[1] - tracker._bins[0]])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_profile_histogram_has_the_flagged_totals_sensitivity(seed):
+    """One person's clipped weight is split over the parts of the day: removing them moves the
+    released histogram by at most the span's cap in L1, however their flags fall (heavy all
+    day, partial weights, a cap reached mid-day)."""
+    from monitor.alarm import BaselineTracker
+    rng = np.random.default_rng(seed)
+    people = [f"p{i}" for i in range(30)]
+    days = []
+    for w in range(96):  # a day of 15-minute windows
+        ents = [p for p in people if rng.random() < 0.7]
+        weights = np.where(rng.random(len(ents)) < 0.3, rng.choice([1.0, 0.5, 0.25, 1e-9, 0.999], len(ents)), 0.0)
+        if "p0" in ents:
+            weights[ents.index("p0")] = 1.0  # heavy: reaches the cap before noon
+        days.append((ents, weights))
+    cap = 16
+    for gone in ("p0", "p1", "p7"):
+        full = BaselineTracker(1.0, 1.0, 900, 86400, 86400, flag_cap=cap, release_kappa=True, profile_bins=24, rng=0)
+        less = BaselineTracker(1.0, 1.0, 900, 86400, 86400, flag_cap=cap, release_kappa=True, profile_bins=24, rng=0)
+        for w, (ents, weights) in enumerate(days):
+            full.learn_one(w * 900, (w + 1) * 900, weights, ents)
+            keep = [i for i, e in enumerate(ents) if e != gone]
+            less.learn_one(w * 900, (w + 1) * 900, weights[keep], [ents[i] for i in keep])
+        moved = np.abs(_cells(full) - _cells(less)).sum()
+        assert moved <= cap + 1e-9
+        assert np.all(_cells(full) >= -1e-12) and np.all(_cells(less) >= -1e-12)
+    assert np.abs(_cells(full)).sum() == pytest.approx(full._flagged)
+
+
+def test_released_profile_follows_the_day():
+    """A flagged share three times higher by day than by night: the released profile (a daily
+    estimate, after the warm-up) says so, hour by hour, and the alarm's threshold is higher by
+    day than by night."""
+    from monitor.alarm import BaselineTracker
+    from monitor.alarm.baseline import profile_load
+    rng = np.random.default_rng(1)
+    t = BaselineTracker(0.5, 0.5, 300, 3600, 86400, release_kappa=True, profile_bins=24, rng=2)
+    day_rate = lambda w: 0.06 if 96 <= (w % 288) < 240 else 0.02  # 08:00 to 20:00 by day
+    w = 0
+    while t.estimate is None or t.estimate.profile is None:
+        t.learn_one(w * 300, (w + 1) * 300, (rng.random(2000) < day_rate(w)).astype(float))
+        if t.due((w + 1) * 300):
+            t.release((w + 1) * 300)
+        w += 1
+    est = t.estimate
+    noon, night = profile_load(est, 12 * 3600), profile_load(est, 2 * 3600)
+    assert noon > 1.3 > 0.8 > night
+    alarm = SurgeAlarm(0.6, 0.5, None, rng=1)
+    assert alarm.window_threshold(est, load=noon) > alarm.window_threshold(est, load=night)

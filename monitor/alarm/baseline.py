@@ -64,7 +64,10 @@ import numpy as np
 from monitor.alarm.calibrate import baseline_problem, baseline_rate_error, kappa_upper, span_flag_cap, span_windows
 from monitor.dp import noise_source
 
-__all__ = ["BaselineEstimate", "BaselineTracker", "profile_load"]
+__all__ = ["BaselineEstimate", "BaselineTracker", "profile_load", "PROFILE_HARMONICS"]
+
+# Harmonics of the day a released profile keeps: a day and night, two shifts, three meals.
+PROFILE_HARMONICS = 3
 
 
 @dataclass(frozen=True)
@@ -305,8 +308,15 @@ class BaselineTracker:
         if self.release_kappa:
             kappa = kappa_upper(float(noisy[0].sum()), flagged, scale * math.sqrt(noisy.shape[1]))
         if self._releases_profile:
+            # Post-processing: the day's shape up to PROFILE_HARMONICS harmonics (most of the
+            # noise is in the rest), raised by one standard deviation of what noise is left.
             per_bin = noisy.sum(axis=0)
-            upper = per_bin + scale * math.sqrt(2.0 * noisy.shape[0])
+            keep = min(PROFILE_HARMONICS, self.profile_bins // 2)
+            spectrum = np.fft.rfft(per_bin)
+            spectrum[keep + 1:] = 0.0
+            smooth = np.fft.irfft(spectrum, n=self.profile_bins)
+            left = math.sqrt(min(1.0, (2 * keep + 1) / self.profile_bins))
+            upper = smooth + scale * math.sqrt(2.0 * noisy.shape[0]) * left
             profile = _profile(upper, flagged / self.profile_bins)
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         normal_parts = self.estimate.normal_parts if self.estimate is not None else None
