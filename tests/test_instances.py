@@ -65,6 +65,9 @@ def run_config(tmp_path: Path, bootstrap: str, model: Path, stage1: int, last_ts
                           lateness_seconds=LATENESS, grace_seconds=GRACE, entity_field="device_id",
                           group=f"{PREFIX}-{name}")
     text = config.read_text().replace(f"alerts_topic: {PREFIX}.alerts", f"alerts_topic: {PREFIX}.alerts.{name}")
+    # Each fresh consumer group counts the backlog produced before the runs (docs/operations.md).
+    text = text.replace("\nwindow:\n", "\nwindow:\n  first_window: backlog\n", 1)
+    assert "first_window: backlog" in text
     config.write_text(text)
     audit = directory / "audit.jsonl"
     logs = directory / "logs"

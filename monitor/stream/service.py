@@ -322,9 +322,14 @@ class MonitorService:
             if resume is None:
                 # A fresh ledger starts with the window the monitor starts in: never one that
                 # closed before (it would be published late, and a warm-up baseline over it
-                # would pay for windows nobody was reading). A function of the clock only.
-                resume = startup.first_window_start(self.config, self.started_at)
-                why = "the window the monitor started in"
+                # would pay for windows nobody was reading), unless window.first_window asks
+                # for the backlog. A function of the clock and the config only.
+                w = self.config.window
+                backlog = w.first_window == "backlog"
+                at = self.started_at - (w.allowed_lateness_seconds + w.release_grace_seconds if backlog else 0.0)
+                resume = startup.first_window_start(self.config, at)
+                why = ("the oldest window within the grace: window.first_window backlog" if backlog
+                       else "the window the monitor started in")
             self.first_window_start = resume
             self.stage2 = Stage2(self, self.publisher, resume)
             startup.announce_schedule(self.config, self.ledger, resume, time.time(), why)
