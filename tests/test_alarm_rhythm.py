@@ -199,3 +199,49 @@ def test_released_profile_follows_the_day():
     assert noon > 1.3 > 0.8 > night
     alarm = SurgeAlarm(0.6, 0.5, None, rng=1)
     assert alarm.window_threshold(est, load=noon) > alarm.window_threshold(est, load=night)
+
+
+def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path):
+    """A warm-up over a few devices, then the fleet: the first released report's event count
+    (public) is far from the baseline's, the record says so, and a new estimate follows one
+    warm-up span later instead of a day later, with the fleet's traffic."""
+    import json
+
+    from monitor.budget import BudgetAccountant, WindowLedger
+    from monitor.config import parse_config
+    from monitor.data.traffic import Traffic
+    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
+    from monitor.model import GridKNN
+    from monitor.release import WindowReleaser
+    from monitor.stream.windows import ClosedWindow
+
+    _, X, _ = simulate_vitals(3000, rng=5)
+    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
+                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(X)
+    config = parse_config({
+        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+        "stream": {"entity_field": "device_id"},
+        "window": {"size_seconds": 300},
+        "alarm": {"baseline_warmup_seconds": 3600},
+        "report": {"every_seconds": 3600},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 50.0, "accountant": "basic"},
+    })
+    b = config.budget
+    releaser = WindowReleaser(config, BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds,
+                                                       b.accountant), model, rng=3)
+    traffic = Traffic(people=600, days=1, seed=2)
+    records = []
+    for i in range(48):
+        Xw, entities, _ = traffic.window(i, [])
+        keep = 40 if i < 12 else len(entities)  # the first hour: a few devices
+        w = ClosedWindow(i * 300.0, (i + 1) * 300.0, Xw[:keep], np.zeros(0, bool), (), tuple(entities[:keep]))
+        records.append(json.loads(releaser.release(w, released_at=(i + 1) * 300.0).entry.payload))
+    baselines = [(i, r["baseline"]) for i, r in enumerate(records) if r["baseline"]]
+    assert baselines[0][1]["events_per_window"] < 80
+    refits = [i for i, r in enumerate(records) if r["baseline_refit"]]
+    assert refits and "events" in records[refits[0]]["baseline_refit"]
+    later = [(i, est) for i, est in baselines if i > refits[0]]
+    assert later, "no new estimate within hours"
+    i, est = later[0]
+    assert est["events_per_window"] > 300 and est["span_start"] >= records[refits[0]]["window_end"]
+    assert records[i]["baseline_refit"] is None  # answered

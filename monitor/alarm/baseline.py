@@ -165,6 +165,7 @@ class BaselineTracker:
         self._noise = noise_source(rng)
         self._per_unit: Counter = _UnitTotals()
         self.estimate: BaselineEstimate | None = None
+        self.refit_reason: str | None = None  # why the next span is a warm-up again (public)
         self._released = 0  # estimates released by this process
         self._span_start: float | None = None
         self._flagged = 0.0
@@ -187,9 +188,17 @@ class BaselineTracker:
         started) tries again after ``warmup_seconds``, not a whole refresh later. Once only:
         a fleet too small for the alarm would otherwise pay a warm-up every few hours for
         an alarm that never runs. A function of the released estimates only (public)."""
-        if self.estimate is None:
+        if self.estimate is None or self.refit_reason is not None:
             return True
         return self._released <= 1 and baseline_problem(self.estimate.rate, self.estimate.events_per_window) is not None
+
+    def refit(self, reason: str) -> None:
+        """Re-estimate soon: the estimate in use does not fit the traffic (the caller saw it
+        in released values: ``calibrate.baseline_misfit``). The span accumulated so far is
+        dropped unreleased (it mixes the old traffic with the new) and the next one is a
+        warm-up span, at the warm-up's epsilon. The estimate stays in use until then."""
+        self.refit_reason = str(reason)
+        self.skip()
 
     @property
     def _releases_parts(self) -> bool:
@@ -339,6 +348,7 @@ class BaselineTracker:
             profile=profile,
         )
         self._released += 1
+        self.refit_reason = None
         self.skip()
         return self.estimate
 

@@ -61,6 +61,7 @@ __all__ = [
     "AlarmVisibility",
     "alarm_visibility",
     "baseline_problem",
+    "baseline_misfit",
     "span_flag_cap",
     "span_windows",
     "window_threshold",
@@ -76,6 +77,29 @@ SECONDS_30_DAYS = 30 * 86400.0
 # Below this many events per window (mean over the baseline's span) the alarm has too
 # little traffic to tell a surge from chance, and a rate estimated from it is mostly noise.
 MIN_BASELINE_EVENTS_PER_WINDOW = 20.0
+
+
+# A report's event count this far (as a ratio, beyond the traffic's swing) from the baseline's
+# events per window, and outside the count's own 95 % interval, says the baseline no longer fits.
+MISFIT_RATIO = 1.5
+
+
+def baseline_misfit(event_count: float, accuracy: float, events_per_window: float, swing: float) -> "str | None":
+    """Why a released report's event count says the baseline in use no longer fits the traffic
+    (a warm-up over mostly empty windows, a fleet that grew or shrank), or None. Public: both
+    numbers are released, and the rule is fixed.
+
+    >>> baseline_misfit(300.0, 100.0, 71.0, 0.3)
+    'a report counted 300 +- 100 events in a window where the baseline expects 71 (+-30% over the day)'
+    >>> baseline_misfit(90.0, 100.0, 71.0, 0.3) is None
+    True
+    """
+    expected = max(float(events_per_window), 1.0)
+    lo, hi = expected * (1.0 - swing) / MISFIT_RATIO, expected * (1.0 + swing) * MISFIT_RATIO
+    if lo <= event_count <= hi or abs(event_count - expected) <= accuracy:
+        return None
+    return (f"a report counted {event_count:.0f} +- {accuracy:.0f} events in a window where the baseline expects "
+            f"{events_per_window:.0f} (+-{swing:.0%} over the day)")
 
 
 def span_windows(seconds: float, window_seconds: float) -> int:
