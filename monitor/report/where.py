@@ -12,13 +12,15 @@ Laplace noise, with the counts published besides).
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import numpy as np
 
 from monitor.dp import NoiseSource, Release, laplace_count
 
-__all__ = ["candidate_parts", "grid_unusual", "normal_part_shares", "part_counts", "part_of", "release_parts"]
+__all__ = ["candidate_parts", "grid_unusual", "normal_part_shares", "part_counts", "part_of", "release_parts",
+           "released_parts_scale"]
 
 
 def candidate_parts(grid_features: Sequence[Sequence[int]] | None, n_grids: int) -> list[int]:
@@ -132,3 +134,24 @@ def normal_part_shares(model, weigh: Callable[[np.ndarray], np.ndarray], grid_th
     counts = part_counts(w, grid_unusual(model, X, grid_thresholds), candidates)
     # A little even mass, so that no part is expected to hold nothing (the sample is finite).
     return 0.9 * counts / counts.sum() + 0.1 * even
+
+
+def released_parts_scale(flag_cap: "float | None", epsilon_parts: "float | None", rate: float, events_per_window: float,
+                         span_windows: int) -> float:
+    """The Laplace scale of a baseline's released normal share per part, as a share of the
+    normal weight (public: from the estimate's released fields and the config).
+
+    The baseline adds Laplace(flag_cap / epsilon_parts) to each part's clipped weight over
+    its span (``BaselineTracker``; a cap of None: each event its own unit, sensitivity 1),
+    and the shares are those totals over the span's normal weight, about rate x events per
+    window x span windows. Infinite when that weight is 0 (the shares say nothing).
+
+    >>> round(released_parts_scale(16, 0.025, 0.01, 1500.0, 288), 3)
+    0.148
+    """
+    if not epsilon_parts:
+        return 0.0
+    weight = float(rate) * float(events_per_window) * int(span_windows)
+    if not weight > 0:
+        return math.inf
+    return float(flag_cap or 1.0) / float(epsilon_parts) / weight
