@@ -184,9 +184,10 @@ class AlarmSettings(_Strict):
     seasonal_windows: int = Field(
         13, ge=1, le=287, description="Windows around the same hour one day earlier in the rhythm reference (odd: centred)."
     )
-    rhythm_slack: float = Field(
-        0.5, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
-        "moves the statistic within an interval of width 1 + rhythm_slack."
+    rhythm_slack: float | None = Field(
+        None, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
+        "moves the statistic within an interval of width 1 + rhythm_slack. null: each run's own, from its baseline "
+        "(3 standard deviations of a normal person's prediction, at least 0.2: docs/alarm.md)."
     )
     profile_bins: int = Field(
         24, ge=0, le=288, description="With follow_rhythm: the daily baseline's flagged total is released split over this many "
@@ -194,7 +195,7 @@ class AlarmSettings(_Strict):
         "follows the hour. 0: off."
     )
     trend_error: float = Field(
-        0.1, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last hour's trend: how "
+        0.05, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last hour's trend: how "
         "far that may miss the rhythm, as a share of the normal flagged count (the threshold counts it)."
     )
     threshold: float | None = Field(

@@ -93,8 +93,7 @@ class WindowReleaser:
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
                                 kappa=normal_weight_kappa(model, self.level_lo, self.level_hi),
-                                traffic_swing=a.traffic_swing,
-                                slack_units=self._reference_slack_units(config))
+                                traffic_swing=a.traffic_swing)
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
                                           trend_error=a.trend_error)
@@ -121,13 +120,6 @@ class WindowReleaser:
         # (1, 2, ... on a fresh ledger: charge ids count baselines too).
         self._run_charge_id: int | None = None
         self._resume()
-
-    @staticmethod
-    def _reference_slack_units(config: MonitorConfig) -> int:
-        a = config.alarm
-        if not a.follow_rhythm or a.threshold is not None:
-            return 0
-        return math.ceil(a.rhythm_slack * RESOLUTION)
 
     # -- start-up ---------------------------------------------------------------------
     def _resume(self) -> None:
@@ -248,7 +240,10 @@ class WindowReleaser:
                 if self._fits(window, cost, kind="alarm_run"):
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
                     self._run_charge_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
-                    self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), self.baseline.estimate)
+                    # The run's slack (its interval's width) is fixed now, from the public baseline.
+                    slack = None if self.reference is None else self.reference.run_slack_units(
+                        est.rate, est.kappa if est.kappa is not None else self.alarm.kappa)
+                    self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), self.baseline.estimate, slack)
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
@@ -256,7 +251,7 @@ class WindowReleaser:
             comparison = None
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
                 comparison = self.reference.compare(self.reference.window_index(window.start), units, window.entities,
-                                                    self.alarm.run_rate_units(est))
+                                                    self.alarm.run_rate_units(est), self.alarm.slack_units)
             answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,
                                              comparison=comparison, load=profile_load(est, window.start))
             if answer.state == "fired":

@@ -3,6 +3,8 @@ and that it follows a daily rhythm the plain daily rate does not."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -39,7 +41,7 @@ def _statistic(history, index, now, m, paged=(), **kw):
     ref = RhythmReference(window_seconds=300, period_seconds=300 * 8, **kw)
     for j, (ents, units) in enumerate(history):
         ref.learn_one(j, units, ents, paged=j in paged)
-    return ref.compare(index, now[1], now[0], m)
+    return ref.compare(index, now[1], now[0], m, ref.run_slack_units(m / R))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -50,7 +52,7 @@ def test_one_person_moves_the_statistic_within_its_interval(seed, m):
     and every mode."""
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
-    slack = RhythmReference(300, **kw).slack_units
+    slack = RhythmReference(300, **kw).run_slack_units(0.0)
     history = _history(rng, 12, 14, heavy=(0, 3))
     now = _history(rng, 12, 1, heavy=(0,))[0]
     paged = {int(rng.integers(0, 14))}
@@ -79,8 +81,8 @@ def test_events_without_an_entity_are_their_own_units():
         anon.learn_one(j, u, (), paged=False)
         named.learn_one(j, u, tuple(f"w{j}e{i}" for i in range(u.size)), paged=False)
     now = np.array(rng.integers(0, R + 1, size=9))
-    a = anon.compare(14, now, (), m=300)
-    b = named.compare(14, now, tuple(f"now{i}" for i in range(now.size)), m=300)
+    a = anon.compare(14, now, (), m=300, slack_units=1024)
+    b = named.compare(14, now, tuple(f"now{i}" for i in range(now.size)), m=300, slack_units=1024)
     assert a.mode == b.mode == "rhythm"
     assert abs(a.statistic - b.statistic) <= 40  # rounding per unit against rounding once
 
@@ -90,16 +92,16 @@ def test_modes_need_history_and_skip_yesterdays_pages():
     windows still count (a lasting change is learnt), yesterday's are left out."""
     ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=2400)
     ref.learn_one(0, np.array([R]), ("a",), paged=True)
-    assert ref.compare(1, np.array([0]), ("a",), 0).mode == "baseline"  # 1 window of 4: too few
+    assert ref.compare(1, np.array([0]), ("a",), 0, 2048).mode == "baseline"  # 1 window of 4: too few
     for j in range(1, 4):
         ref.learn_one(j, np.array([R]), ("a",), paged=True)
-    assert ref.compare(4, np.array([R]), ("a",), 0).statistic == 0  # a's full weight is its new normal
+    assert ref.compare(4, np.array([R]), ("a",), 0, 2048).statistic == 0  # a's full weight is its new normal
     for paged in (True, False):
         ref = RhythmReference(300, recent_windows=4, seasonal_windows=5, period_seconds=2400)
         for j in range(17):
             heavy = j in (8, 9)  # a page (or, the second time, two unpaged heavy windows) yesterday
             ref.learn_one(j, np.array([R if heavy else 0]), ("a",), paged=paged and heavy)
-        c = ref.compare(17, np.array([0]), ("a",), 0)
+        c = ref.compare(17, np.array([0]), ("a",), 0, 2048)
         assert c.mode == "rhythm"
         # Yesterday's same hour is windows 7..11: with its pages left out a's prediction is 0;
         # counted, it is 2R / 5 minus the R / 4 of the hour before it.
@@ -119,7 +121,7 @@ def test_follows_a_daily_rhythm_the_daily_rate_misses():
     for j, rate in enumerate(rates):
         units = (rng.random(people) < rate).astype(np.int64) * R
         if j >= 2 * P:
-            c = ref.compare(j, units, ents, tau_units)
+            c = ref.compare(j, units, ents, tau_units, 1024)
             assert c.mode == "rhythm"
             against.append(c.statistic / R)
             plain.append(float(units.sum() - tau_units * people) / R)
@@ -130,14 +132,23 @@ def test_follows_a_daily_rhythm_the_daily_rate_misses():
     assert np.std(plain) > 1.5 * spread
 
 
-def test_surge_alarm_noise_covers_the_slack():
-    """The run's noise is sized for the widened interval, and the derived threshold grows with it."""
+def test_surge_alarm_noise_covers_the_run_slack():
+    """Each run's noise is sized for its interval, fixed when it opens, and the derived
+    threshold grows with it; the slack follows the baseline's rate when not configured."""
     base = BaselineEstimate(rate=0.04, events_per_window=1500, span_start=0, span_end=86400, span_windows=288,
                             epsilon=0.1, rate_error=0.001)
-    plain = SurgeAlarm(0.6, 0.5, None, rng=1)
-    wide = SurgeAlarm(0.6, 0.5, None, rng=1, slack_units=RhythmReference(300).slack_units)
-    assert wide.svt.width == R + RhythmReference(300).slack_units
-    assert wide.window_threshold(base) > plain.window_threshold(base)
+    ref = RhythmReference(300)
+    quiet, busy = ref.run_slack_units(0.01, 0.5), ref.run_slack_units(0.2, 0.6)
+    assert R * 0.2 <= quiet < busy <= R
+    assert RhythmReference(300, slack=0.3).run_slack_units(0.2) == math.ceil(0.3 * R)
+    alarm = SurgeAlarm(0.6, 0.5, None, rng=1)
+    plain = alarm.window_threshold(base)
+    alarm.open_run(1, base, slack_units=busy)
+    assert alarm.svt.width == R + busy and alarm.slack_units == busy
+    assert alarm.window_threshold(base) > plain
+    alarm.close_run()
+    alarm.open_run(2, base, slack_units=quiet)
+    assert alarm.svt.width == R + quiet
 
 
 def test_slack_is_checked():

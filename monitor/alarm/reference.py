@@ -52,10 +52,10 @@ Without an entity field every event is its own unit and sits in one window only:
 in window i is clip(-c_ij A_ej) if it came in an earlier window j, or A_ei, clipped the same
 way, so the same interval holds.
 
->>> ref = RhythmReference(window_seconds=300, recent_windows=2, seasonal_windows=1, slack=0.5)
+>>> ref = RhythmReference(window_seconds=300, recent_windows=2, seasonal_windows=1)
 >>> for i in range(3):
 ...     ref.learn_one(i, units=np.array([4096, 0]), entities=("a", "b"), paged=False)
->>> c = ref.compare(3, units=np.array([4096, 4096]), entities=("a", "b"), m=0)
+>>> c = ref.compare(3, units=np.array([4096, 4096]), entities=("a", "b"), m=0, slack_units=2048)
 >>> c.mode, c.statistic   # b is flagged for the first time; a is as usual
 ('recent', 4096)
 """
@@ -73,6 +73,11 @@ from monitor.alarm.units import RESOLUTION
 __all__ = ["RhythmReference", "Comparison", "ReferenceMode"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
+
+# A run's slack, when not configured: this many standard deviations of a normal person's
+# prediction, and at least SLACK_MIN.
+SLACK_SDS = 3.0
+SLACK_MIN = 0.2
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class RhythmReference:
         made odd by one). At least half of them, and all of YT_i, for the rhythm mode.
     slack:
         How far below -tau a unit's term may go: the interval is [-(tau + slack), 1 - tau].
+        None: each run's own, from its baseline (``run_slack_units``).
     trend_error:
         How far the recent mode's trend may miss the rhythm, as a share of the normal count
         (public): the threshold counts it like a baseline's error. Measured about 0.1 on
@@ -113,18 +119,18 @@ class RhythmReference:
     """
 
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 13,
-                 slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.1,
+                 slack: float | None = None, period_seconds: float = 86400.0, trend_error: float = 0.05,
                  resolution: int = RESOLUTION) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
         if int(seasonal_windows) != seasonal_windows or seasonal_windows < 1:
             raise ValueError(f"seasonal_windows must be a positive integer, got {seasonal_windows!r}")
-        if not (math.isfinite(slack) and 0.0 < slack <= 1.0):
-            raise ValueError(f"slack must be in (0, 1], got {slack!r}")
+        if slack is not None and not (math.isfinite(slack) and 0.0 < slack <= 1.0):
+            raise ValueError(f"slack must be in (0, 1] or None, got {slack!r}")
         self.window_seconds = float(window_seconds)
         self.recent_windows = int(recent_windows)
         self.half_seasonal = int(seasonal_windows) // 2
-        self.slack = float(slack)
+        self.slack = None if slack is None else float(slack)
         self.trend_error = float(trend_error)
         self.resolution = int(resolution)
         ratio = float(period_seconds) / self.window_seconds
@@ -134,14 +140,16 @@ class RhythmReference:
         # window index -> (unit ids, weight units, paged); arrays are never changed in place.
         self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
 
-    @property
-    def width_units(self) -> int:
-        """Width of the interval one unit moves the statistic in, in 1 / resolution: (1 + slack) resolution."""
-        return self.resolution + self.slack_units
-
-    @property
-    def slack_units(self) -> int:
-        return math.ceil(self.slack * self.resolution)
+    def run_slack_units(self, rate: float, kappa: float = 1.0) -> int:
+        """The slack of a run opened at a baseline ``rate`` (public), in 1 / resolution: the
+        configured one, or SLACK_SDS standard deviations of one person's rhythm-mode prediction
+        on normal traffic (variance about 0.24 rate kappa), within [SLACK_MIN, 1]. The clip's low
+        end then binds for few normal people: on busy traffic (a fifth of events weighed) a
+        slack of 0.25 lifted the statistic by 10 events a window at 1,500 people."""
+        if self.slack is not None:
+            return math.ceil(self.slack * self.resolution)
+        spread = math.sqrt(0.24 * min(max(rate, 0.0), 1.0) * min(max(kappa, 0.0), 1.0))
+        return math.ceil(min(1.0, max(SLACK_MIN, SLACK_SDS * spread)) * self.resolution)
 
     def window_index(self, window_start: float) -> int:
         """The window's place on the epoch-aligned grid (public)."""
@@ -238,9 +246,11 @@ class RhythmReference:
         coef = 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
         return "recent", [(trend, coef)]
 
-    def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int) -> Comparison:
+    def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
+                slack_units: int) -> Comparison:
         """Window ``index``'s statistic, in integer units, for the baseline rate ``m`` (tau in
-        1 / resolution). Private: only the alarm's noisy answer about it is published."""
+        1 / resolution) and the run's ``slack_units``. Private: only the alarm's noisy answer
+        about it is published."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         m = int(m)
         mode, parts = self._sets(int(index))
@@ -248,7 +258,7 @@ class RhythmReference:
         if not parts:
             return Comparison(plain, "baseline", 1.0)
         variance = 1.0 + sum(float(np.dot(c, c)) for _, c in parts)
-        lo, hi = -(m + self.slack_units), self.resolution - m
+        lo, hi = -(m + int(slack_units)), self.resolution - m
         ids_now = self._unit_ids(entities, units.size) if entities else np.full(units.size, -1, dtype=np.int64)
         # Events without an entity are units of their own: each term on its own, clipped.
         total = int(np.clip(units[ids_now < 0] - m, lo, hi).sum())

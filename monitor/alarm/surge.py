@@ -147,8 +147,7 @@ class SurgeAlarm:
             raise ValueError(f"rate_margin must be a non-negative number, got {rate_margin!r}")
         if int(hold_windows) != hold_windows or hold_windows < 0:
             raise ValueError(f"hold_windows must be a non-negative integer, got {hold_windows!r}")
-        if int(slack_units) != slack_units or not 0 <= slack_units <= RESOLUTION:
-            raise ValueError(f"slack_units must be an integer in [0, {RESOLUTION}], got {slack_units!r}")
+        _check_slack(slack_units)
         # A rhythm reference widens the interval one unit moves a_i in by its slack (monitor.alarm.reference).
         self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION + int(slack_units), drift=_BAND_UNITS,
                                   rng=rng)
@@ -173,9 +172,19 @@ class SurgeAlarm:
         """True when the next query needs a new (charged) run."""
         return not self.holding and not self.svt.active
 
-    def open_run(self, run_id: int, baseline: BaselineEstimate | None = None) -> None:
+    @property
+    def slack_units(self) -> int:
+        """The open run's slack (the width of its interval beyond RESOLUTION), fixed when it opened."""
+        return self.svt.width - RESOLUTION
+
+    def open_run(self, run_id: int, baseline: BaselineEstimate | None = None, slack_units: int | None = None) -> None:
         """Start run ``run_id``: call only after its charge is recorded. Its tau band is
-        centred on ``baseline``'s rate (on the first answered window's, if None)."""
+        centred on ``baseline``'s rate (on the first answered window's, if None); ``slack_units``
+        (public, e.g. ``reference.run_slack_units``) fixes its interval's width for the whole
+        run: its noise is drawn for it."""
+        if slack_units is not None:
+            _check_slack(slack_units)
+            self.svt.width = RESOLUTION + int(slack_units)
         self.svt.start()
         self.run = int(run_id)
         self._band = None if baseline is None else _band_around(baseline.rate)
@@ -223,7 +232,7 @@ class SurgeAlarm:
         # Against the rhythm reference the baseline's rate enters only through n_i minus its
         # prediction, so its error is left out; the prediction's own error takes its place.
         rate_error = comparison.relative_error * baseline.rate if against else baseline.rate_error
-        key = (baseline.rate, baseline.events_per_window, rate_error, baseline.kappa, round(factor, 9), load)
+        key = (baseline.rate, baseline.events_per_window, rate_error, baseline.kappa, round(factor, 9), load, self.svt.width)
         if key not in self._derived:
             if len(self._derived) > 256:
                 self._derived.clear()
@@ -288,3 +297,8 @@ def _band_around(rate: float) -> tuple[int, int]:
     """A band of width TAU_BAND inside [0, 1] (in 1 / RESOLUTION units), centred on ``rate`` where it fits."""
     lo = min(max(_units(rate) - _BAND_UNITS // 2, 0), RESOLUTION - _BAND_UNITS)
     return lo, lo + _BAND_UNITS
+
+
+def _check_slack(slack_units: int) -> None:
+    if int(slack_units) != slack_units or not 0 <= slack_units <= RESOLUTION:
+        raise ValueError(f"slack_units must be an integer in [0, {RESOLUTION}], got {slack_units!r}")
