@@ -218,8 +218,8 @@ def _clear_of_window_close(size: float, margin: float = 90.0, after: float = 45.
     """Wait until no window boundary is within ``margin`` seconds ahead or ``after`` seconds
     behind: these tests assume no window closes while they run (start-up, a consumer join and
     the stop can take tens of seconds on a loaded CI machine; 10-20 s of margin failed at a
-    real boundary), and a service that starts within ``lateness + release_grace_seconds`` (30 s)
-    of a boundary still releases the window that just ended (a CI run started 0.1 s after one)."""
+    real boundary). ``after`` dates from when a fresh service also released the window that had
+    just ended (a CI run started 0.1 s after a boundary); it now starts with the window it starts in."""
     phase = time.time() % size
     if phase < after:
         time.sleep(after - phase)
