@@ -256,3 +256,28 @@ def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path):
     i, est = later[0]
     assert est["events_per_window"] > 300 and est["span_start"] >= records[refits[0]]["window_end"]
     assert records[i]["baseline_refit"] is None  # answered
+
+
+def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour():
+    """`monitor budget`'s sentence (the plan's visibility report): the alarm follows the rhythm,
+    and it sees a smaller surge share at the busiest hour of the released profile than at
+    the quietest (more events per window)."""
+    from monitor.budget.plan import visibility_report
+    from monitor.config import parse_config
+    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
+    from monitor.model import GridKNN
+
+    _, X, _ = simulate_vitals(3000, rng=5)
+    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
+                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(X)
+    config = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES]})
+    profile = [0.5] * 12 + [1.5] * 12
+    base = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5, "profile": profile}
+    out = visibility_report(config, {"baseline_in_use": base}, model=model)
+    assert "follows the traffic's daily rhythm" in out["summary"] and "at the busiest" in out["summary"]
+    quiet, busy = out["hours"]["quietest"], out["hours"]["busiest"]
+    assert quiet["events_per_window"] < busy["events_per_window"]
+    assert busy["threshold"] > quiet["threshold"]
+    off = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+                        "alarm": {"follow_rhythm": False}})
+    assert "rhythm" not in visibility_report(off, {"baseline_in_use": base}, model=model)["summary"]

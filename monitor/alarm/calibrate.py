@@ -338,8 +338,28 @@ class AlarmVisibility:
     false_pages_per_30_days: float
 
 
+def _terms(settings, rate: float, events: float, rate_error: float, kappa: float, load: float | None) -> dict:
+    """The threshold's inputs as the alarm derives them (``SurgeAlarm._derive``): against the
+    rhythm reference (``alarm.follow_rhythm``) in its rhythm mode, the run's slack widens both
+    noises, the prediction adds its variance and the baseline's rate error drops out; with a
+    profile ``load`` the hour's expected count replaces the day's swing."""
+    eps_t, eps_p = settings.epsilon_threshold, _page_epsilon(settings)
+    swing = settings.traffic_swing if load is None else 0.0
+    events = events * (1.0 if load is None else load)
+    if not (getattr(settings, "follow_rhythm", False) and settings.threshold is None):
+        return dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=eps_t, epsilon_page=eps_p,
+                    kappa=kappa, swing=swing)
+    from monitor.alarm.reference import rhythm_variance, run_slack
+
+    slack_units = math.ceil(run_slack(rate, kappa, settings.rhythm_slack) * RESOLUTION)
+    return dict(rate=rate, events=events, rate_error=0.0,
+                epsilon_threshold=settings.epsilon_threshold * RESOLUTION / (RESOLUTION + slack_units),
+                epsilon_page=settings.epsilon_page * RESOLUTION / (RESOLUTION + slack_units + BAND_UNITS),
+                kappa=kappa * rhythm_variance(settings.recent_windows, settings.seasonal_windows), swing=swing)
+
+
 def alarm_visibility(settings, window_seconds: float, rate: float, events_per_window: float,
-                     rate_error: float = 0.0, kappa: float = 1.0) -> AlarmVisibility:
+                     rate_error: float = 0.0, kappa: float = 1.0, load: float | None = None) -> AlarmVisibility:
     """The threshold the alarm uses at ``events_per_window`` and a normal weight share
     ``rate``, the smallest surge it pages on within one window 95 % of the time, and its
     false-page rate. ``settings`` is the config's ``alarm`` block. For ``monitor budget``
@@ -350,13 +370,12 @@ def alarm_visibility(settings, window_seconds: float, rate: float, events_per_wi
     >>> 0.01 < v.smallest_surge_share < 0.1, round(v.false_pages_per_30_days, 2) <= 1.0
     (True, True)
     """
-    thr = window_threshold(settings, window_seconds, rate, events_per_window, rate_error, kappa)
-    share = visibility(thr, rate=rate, events=events_per_window, epsilon_page=_page_epsilon(settings),
-                       epsilon_threshold=settings.epsilon_threshold, kappa=kappa)
-    fp = false_pages_per_30_days(thr, rate=rate, events=events_per_window, rate_error=rate_error,
-                                 epsilon_threshold=settings.epsilon_threshold, epsilon_page=_page_epsilon(settings),
-                                 window_seconds=window_seconds, kappa=kappa, swing=settings.traffic_swing)
-    return AlarmVisibility(events_per_window, rate, thr, share, fp)
+    thr = window_threshold(settings, window_seconds, rate, events_per_window, rate_error, kappa, load)
+    t = _terms(settings, rate, events_per_window, rate_error, kappa, load)
+    share = visibility(thr, rate=rate, events=t["events"], epsilon_page=t["epsilon_page"],
+                       epsilon_threshold=t["epsilon_threshold"], kappa=t["kappa"])
+    fp = false_pages_per_30_days(thr, window_seconds=window_seconds, **t)
+    return AlarmVisibility(t["events"], rate, thr, share, fp)
 
 
 def _page_epsilon(settings) -> float:
@@ -366,17 +385,15 @@ def _page_epsilon(settings) -> float:
 
 
 def window_threshold(settings, window_seconds: float, rate: float, events_per_window: float,
-                     rate_error: float = 0.0, kappa: float = 1.0) -> float:
+                     rate_error: float = 0.0, kappa: float = 1.0, load: float | None = None) -> float:
     """T in excess (weighted) events per window, public: from ``alarm.false_pages_per_30_days``,
     or, where the config still sets the absolute ``alarm.threshold``, threshold + z sd +
     rate_margin x expected (the pre-issue-26 rule, kept for configs that pin it)."""
     expected = max(0.0, rate * events_per_window)
     if settings.threshold is not None:
         return settings.threshold + (settings.z or 0.0) * math.sqrt(expected) + (settings.rate_margin or 0.0) * expected
-    return false_page_threshold(rate=rate, events=events_per_window, rate_error=rate_error,
-                                epsilon_threshold=settings.epsilon_threshold, epsilon_page=_page_epsilon(settings),
-                                false_pages_per_30_days=settings.false_pages_per_30_days,
-                                window_seconds=window_seconds, kappa=kappa, swing=settings.traffic_swing)
+    return false_page_threshold(false_pages_per_30_days=settings.false_pages_per_30_days, window_seconds=window_seconds,
+                                **_terms(settings, rate, events_per_window, rate_error, kappa, load))
 
 
 KAPPA_FLOOR = 0.25  # a noisy calibration must not shrink the normal spread below a quarter of the flag bound

@@ -70,7 +70,7 @@ import numpy as np
 
 from monitor.alarm.units import RESOLUTION
 
-__all__ = ["RhythmReference", "Comparison", "ReferenceMode"]
+__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "run_slack", "rhythm_variance"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
 
@@ -91,6 +91,31 @@ class Comparison:
     mode: ReferenceMode
     variance_factor: float
     relative_error: float = 0.0
+
+
+def run_slack(rate: float, kappa: float = 1.0, configured: float | None = None) -> float:
+    """The slack of a run opened at a baseline ``rate`` (public): ``configured``, or SLACK_SDS
+    standard deviations of one person's rhythm-mode prediction on normal traffic (variance
+    about 0.24 rate kappa), within [SLACK_MIN, 1]. The clip's low end then binds for few
+    normal people: on busy traffic (a fifth of events weighed) a slack of 0.25 lifted the
+    statistic by 10 events a window at 1,500 people.
+
+    >>> run_slack(0.03, 0.5), round(run_slack(0.2, 0.6), 2), run_slack(0.2, 0.6, configured=0.3)
+    (0.2, 0.51, 0.3)
+    """
+    if configured is not None:
+        return float(configured)
+    spread = math.sqrt(0.24 * min(max(rate, 0.0), 1.0) * min(max(kappa, 0.0), 1.0))
+    return min(1.0, max(SLACK_MIN, SLACK_SDS * spread))
+
+
+def rhythm_variance(recent_windows: int, seasonal_windows: int) -> float:
+    """1 + the sum of the rhythm mode's squared coefficients, every window answered.
+
+    >>> round(rhythm_variance(12, 13), 3)
+    1.244
+    """
+    return 1.0 + 1.0 / seasonal_windows + 2.0 / recent_windows
 
 
 class RhythmReference:
@@ -141,15 +166,13 @@ class RhythmReference:
         self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
 
     def run_slack_units(self, rate: float, kappa: float = 1.0) -> int:
-        """The slack of a run opened at a baseline ``rate`` (public), in 1 / resolution: the
-        configured one, or SLACK_SDS standard deviations of one person's rhythm-mode prediction
-        on normal traffic (variance about 0.24 rate kappa), within [SLACK_MIN, 1]. The clip's low
-        end then binds for few normal people: on busy traffic (a fifth of events weighed) a
-        slack of 0.25 lifted the statistic by 10 events a window at 1,500 people."""
-        if self.slack is not None:
-            return math.ceil(self.slack * self.resolution)
-        spread = math.sqrt(0.24 * min(max(rate, 0.0), 1.0) * min(max(kappa, 0.0), 1.0))
-        return math.ceil(min(1.0, max(SLACK_MIN, SLACK_SDS * spread)) * self.resolution)
+        """The slack of a run opened at a baseline ``rate`` (public), in 1 / resolution (``run_slack``)."""
+        return math.ceil(run_slack(rate, kappa, self.slack) * self.resolution)
+
+    @property
+    def rhythm_variance(self) -> float:
+        """The rhythm mode's variance factor with every window answered (public)."""
+        return rhythm_variance(self.recent_windows, 2 * self.half_seasonal + 1)
 
     def window_index(self, window_start: float) -> int:
         """The window's place on the epoch-aligned grid (public)."""

@@ -211,6 +211,10 @@ def _share(x: float) -> str:
     return "over 100 %" if x >= 1.0 else f"{100 * x:.2g} %"
 
 
+RHYTHM_NOTE = ("the alarm follows the traffic's daily rhythm (alarm.follow_rhythm: each window against the same "
+               "people's last hour and yesterday's same hour)")
+
+
 def visibility_report(config, record: dict | None = None, model=None) -> dict:
     """What the alarm can see: a JSON-ready dict with a one-sentence ``summary``.
 
@@ -265,6 +269,18 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
                           f"a surge of {_share(v.smallest_surge_share)} of the people online{_flagged(sight)} pages within one window 95 % of "
                           f"the time; its threshold ({v.threshold:.4g} excess events) implies "
                           f"{v.false_pages_per_30_days:.2g} false pages per 30 days ({rule})")
+        if a.follow_rhythm and a.threshold is None:
+            profile = baseline.get("profile")
+            loads = (min(profile), max(profile)) if profile else (1.0 - a.traffic_swing, 1.0 + a.traffic_swing)
+            hours = [_seen(alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]),
+                                            float(baseline["events_per_window"]), float(baseline.get("rate_error", 0.0)),
+                                            baseline.get("kappa") or normal_weight_kappa(model, t_lo, t_hi), load), sight)
+                     for load in loads]
+            out["hours"] = {"quietest": _visibility_dict(hours[0]), "busiest": _visibility_dict(hours[1])}
+            out["summary"] += (f"; {RHYTHM_NOTE}; at the quietest hour "
+                               f"{_share(hours[0].smallest_surge_share)}, at the busiest {_share(hours[1].smallest_surge_share)}"
+                               + ("" if profile else f" (the day's profile comes with the first daily baseline; until then "
+                                                      f"alarm.traffic_swing {a.traffic_swing:g})"))
         return out
     vs = [_seen(visibility_for(config, model, n), sight) for n in VISIBILITY_TRAFFIC]
     out["source"] = "traffic"
@@ -275,7 +291,8 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
                       + " events per window, a surge of " + " / ".join(_share(v.smallest_surge_share) for v in vs)
                       + f" of the people online{_flagged(sight)} pages within one "
                       "window 95 % of the time; the thresholds imply "
-                      + " / ".join(f"{v.false_pages_per_30_days:.2g}" for v in vs) + f" false pages per 30 days ({rule})")
+                      + " / ".join(f"{v.false_pages_per_30_days:.2g}" for v in vs) + f" false pages per 30 days ({rule})"
+                      + (f"; {RHYTHM_NOTE}" if a.follow_rhythm and a.threshold is None else ""))
     return out
 
 
