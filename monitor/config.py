@@ -184,10 +184,10 @@ class AlarmSettings(_Strict):
     seasonal_windows: int = Field(
         13, ge=1, le=287, description="Windows around the same hour one day earlier in the rhythm reference (odd: centred)."
     )
-    rhythm_slack: float | None = Field(
-        None, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
-        "moves the statistic within an interval of width 1 + rhythm_slack. null: each run's own, from its baseline "
-        "(3 standard deviations of a normal person's prediction, at least 0.2: docs/alarm.md)."
+    rhythm_slack: float = Field(
+        0.5, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
+        "moves the statistic within an interval of width 1 + rhythm_slack. Its low end must sit below the busiest hour's "
+        "share too: 0.5 covers a share weighed three times the day's mean (docs/alarm.md)."
     )
     profile_bins: int = Field(
         24, ge=0, le=288, description="With follow_rhythm: the daily baseline's flagged total is released split over this many "

@@ -35,7 +35,7 @@ from monitor.alarm.calibrate import (alarm_levels, baseline_misfit, baseline_pro
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
-from monitor.report import (candidate_parts, grid_unusual, normal_part_shares, part_of, release_report,
+from monitor.report import (ReportHistory, candidate_parts, grid_unusual, normal_part_shares, part_of, release_report,
                             released_parts_scale)
 from monitor.stream.windows import ClosedWindow
 
@@ -115,6 +115,9 @@ class WindowReleaser:
                                         release_kappa=is_graded(self.level_lo, self.level_hi),
                                         profile_bins=a.profile_bins if self.reference is not None else 0, rng=self._noise)
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
+        # Scheduled reports already published say what normal traffic puts in each part, this hour.
+        self.report_history = (ReportHistory([self.grid_names[c] for c in self.parts], config.report.epsilon_grids)
+                               if self.parts and config.report.every_seconds else None)
         self._run_span = (-math.inf, -math.inf)
         # The open run's charge in the ledger; the alarm publishes the run's number instead
         # (1, 2, ... on a fresh ledger: charge ids count baselines too).
@@ -169,7 +172,7 @@ class WindowReleaser:
         memo = {id(self._noise): self._noise}
         return copy.deepcopy({"alarm": self.alarm.__dict__, "baseline": self.baseline.__dict__,
                               "run_span": self._run_span, "run_charge_id": self._run_charge_id,
-                              "reference": self.reference}, memo)
+                              "reference": self.reference, "report_history": self.report_history}, memo)
 
     def _restore(self, state: dict) -> None:
         for obj, saved in ((self.alarm, state["alarm"]), (self.baseline, state["baseline"])):
@@ -178,6 +181,7 @@ class WindowReleaser:
         self._run_span = state["run_span"]
         self._run_charge_id = state["run_charge_id"]
         self.reference = state["reference"]
+        self.report_history = state["report_history"]
 
     def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = (),
               kind: str = "window") -> bool:
@@ -240,9 +244,8 @@ class WindowReleaser:
                 if self._fits(window, cost, kind="alarm_run"):
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
                     self._run_charge_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
-                    # The run's slack (its interval's width) is fixed now, from the public baseline.
-                    slack = None if self.reference is None else self.reference.run_slack_units(
-                        est.rate, est.kappa if est.kappa is not None else self.alarm.kappa)
+                    # The run's noise covers the reference's wider interval (its slack).
+                    slack = None if self.reference is None else self.reference.slack_units
                     self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), self.baseline.estimate, slack)
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
@@ -383,11 +386,17 @@ class WindowReleaser:
             if normal_error == 0.0 and normal_parts is not None:
                 parts_scale = released_parts_scale(est.flag_cap, self.baseline.epsilon_parts, est.rate,
                                                    est.events_per_window, est.span_windows)
-        return release_report(X, units, cfg.report, cfg.feature_names, rng=self._noise,
-                              grid_unusual=unusual, grid_names=self.grid_names, grid_features=self.grid_features,
-                              normal_share=normal_share, normal_parts=normal_parts, normal_error=normal_error,
-                              reason=reason, resolution=RESOLUTION, normal_parts_scale=parts_scale,
-                              normal_share_sd=share_sd)
+        recent = self.report_history.normal(window.start) if self.report_history is not None else None
+        if recent is not None:  # the last hours' scheduled reports: this hour's normal, less noise
+            (normal_share, normal_parts, parts_scale), normal_error, share_sd = recent, 0.0, 0.0
+        report = release_report(X, units, cfg.report, cfg.feature_names, rng=self._noise,
+                                grid_unusual=unusual, grid_names=self.grid_names, grid_features=self.grid_features,
+                                normal_share=normal_share, normal_parts=normal_parts, normal_error=normal_error,
+                                reason=reason, resolution=RESOLUTION, normal_parts_scale=parts_scale,
+                                normal_share_sd=share_sd)
+        if reason == "schedule" and self.report_history is not None:
+            self.report_history.add(window.end, report)
+        return report
 
 
 def _run_end(window_end: float, run_seconds: float) -> float:

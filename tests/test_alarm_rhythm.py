@@ -41,7 +41,7 @@ def _statistic(history, index, now, m, paged=(), **kw):
     ref = RhythmReference(window_seconds=300, period_seconds=300 * 8, **kw)
     for j, (ents, units) in enumerate(history):
         ref.learn_one(j, units, ents, paged=j in paged)
-    return ref.compare(index, now[1], now[0], m, ref.run_slack_units(m / R))
+    return ref.compare(index, now[1], now[0], m, ref.slack_units)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -52,7 +52,7 @@ def test_one_person_moves_the_statistic_within_its_interval(seed, m):
     and every mode."""
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
-    slack = RhythmReference(300, **kw).run_slack_units(0.0)
+    slack = RhythmReference(300, **kw).slack_units
     history = _history(rng, 12, 14, heavy=(0, 3))
     now = _history(rng, 12, 1, heavy=(0,))[0]
     paged = {int(rng.integers(0, 14))}
@@ -134,21 +134,19 @@ def test_follows_a_daily_rhythm_the_daily_rate_misses():
 
 def test_surge_alarm_noise_covers_the_run_slack():
     """Each run's noise is sized for its interval, fixed when it opens, and the derived
-    threshold grows with it; the slack follows the baseline's rate when not configured."""
+    threshold grows with it."""
     base = BaselineEstimate(rate=0.04, events_per_window=1500, span_start=0, span_end=86400, span_windows=288,
                             epsilon=0.1, rate_error=0.001)
-    ref = RhythmReference(300)
-    quiet, busy = ref.run_slack_units(0.01, 0.5), ref.run_slack_units(0.2, 0.6)
-    assert R * 0.2 <= quiet < busy <= R
-    assert RhythmReference(300, slack=0.3).run_slack_units(0.2) == math.ceil(0.3 * R)
+    wide, narrow = RhythmReference(300).slack_units, RhythmReference(300, slack=0.2).slack_units
+    assert wide == R // 2 and narrow == math.ceil(0.2 * R)
     alarm = SurgeAlarm(0.6, 0.5, None, rng=1)
     plain = alarm.window_threshold(base)
-    alarm.open_run(1, base, slack_units=busy)
-    assert alarm.svt.width == R + busy and alarm.slack_units == busy
+    alarm.open_run(1, base, slack_units=wide)
+    assert alarm.svt.width == R + wide and alarm.slack_units == wide
     assert alarm.window_threshold(base) > plain
     alarm.close_run()
-    alarm.open_run(2, base, slack_units=quiet)
-    assert alarm.svt.width == R + quiet
+    alarm.open_run(2, base, slack_units=narrow)
+    assert alarm.svt.width == R + narrow
 
 
 def test_slack_is_checked():

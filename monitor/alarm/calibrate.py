@@ -349,9 +349,9 @@ def _terms(settings, rate: float, events: float, rate_error: float, kappa: float
     if not (getattr(settings, "follow_rhythm", False) and settings.threshold is None):
         return dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=eps_t, epsilon_page=eps_p,
                     kappa=kappa, swing=swing)
-    from monitor.alarm.reference import rhythm_variance, run_slack
+    from monitor.alarm.reference import rhythm_variance
 
-    slack_units = math.ceil(run_slack(rate, kappa, settings.rhythm_slack) * RESOLUTION)
+    slack_units = math.ceil(settings.rhythm_slack * RESOLUTION)
     return dict(rate=rate, events=events, rate_error=0.0,
                 epsilon_threshold=settings.epsilon_threshold * RESOLUTION / (RESOLUTION + slack_units),
                 epsilon_page=settings.epsilon_page * RESOLUTION / (RESOLUTION + slack_units + BAND_UNITS),

@@ -70,14 +70,11 @@ import numpy as np
 
 from monitor.alarm.units import RESOLUTION
 
-__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "run_slack", "rhythm_variance"]
+__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "rhythm_variance"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
 
-# A run's slack, when not configured: this many standard deviations of a normal person's
-# prediction, and at least SLACK_MIN.
-SLACK_SDS = 3.0
-SLACK_MIN = 0.2
+
 
 
 @dataclass(frozen=True)
@@ -91,22 +88,6 @@ class Comparison:
     mode: ReferenceMode
     variance_factor: float
     relative_error: float = 0.0
-
-
-def run_slack(rate: float, kappa: float = 1.0, configured: float | None = None) -> float:
-    """The slack of a run opened at a baseline ``rate`` (public): ``configured``, or SLACK_SDS
-    standard deviations of one person's rhythm-mode prediction on normal traffic (variance
-    about 0.24 rate kappa), within [SLACK_MIN, 1]. The clip's low end then binds for few
-    normal people: on busy traffic (a fifth of events weighed) a slack of 0.25 lifted the
-    statistic by 10 events a window at 1,500 people.
-
-    >>> run_slack(0.03, 0.5), round(run_slack(0.2, 0.6), 2), run_slack(0.2, 0.6, configured=0.3)
-    (0.2, 0.51, 0.3)
-    """
-    if configured is not None:
-        return float(configured)
-    spread = math.sqrt(0.24 * min(max(rate, 0.0), 1.0) * min(max(kappa, 0.0), 1.0))
-    return min(1.0, max(SLACK_MIN, SLACK_SDS * spread))
 
 
 def rhythm_variance(recent_windows: int, seasonal_windows: int) -> float:
@@ -134,7 +115,8 @@ class RhythmReference:
         made odd by one). At least half of them, and all of YT_i, for the rhythm mode.
     slack:
         How far below -tau a unit's term may go: the interval is [-(tau + slack), 1 - tau].
-        None: each run's own, from its baseline (``run_slack_units``).
+        Its low end must sit below the busiest hour's rate too (tau is the day's): 0.5 covers
+        a share weighed three times the day's mean (docs/alarm.md).
     trend_error:
         How far the recent mode's trend may miss the rhythm, as a share of the normal count
         (public): the threshold counts it like a baseline's error. Measured about 0.1 on
@@ -144,18 +126,18 @@ class RhythmReference:
     """
 
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 13,
-                 slack: float | None = None, period_seconds: float = 86400.0, trend_error: float = 0.05,
+                 slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.05,
                  resolution: int = RESOLUTION) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
         if int(seasonal_windows) != seasonal_windows or seasonal_windows < 1:
             raise ValueError(f"seasonal_windows must be a positive integer, got {seasonal_windows!r}")
-        if slack is not None and not (math.isfinite(slack) and 0.0 < slack <= 1.0):
-            raise ValueError(f"slack must be in (0, 1] or None, got {slack!r}")
+        if not (math.isfinite(slack) and 0.0 < slack <= 1.0):
+            raise ValueError(f"slack must be in (0, 1], got {slack!r}")
         self.window_seconds = float(window_seconds)
         self.recent_windows = int(recent_windows)
         self.half_seasonal = int(seasonal_windows) // 2
-        self.slack = None if slack is None else float(slack)
+        self.slack = float(slack)
         self.trend_error = float(trend_error)
         self.resolution = int(resolution)
         ratio = float(period_seconds) / self.window_seconds
@@ -165,9 +147,10 @@ class RhythmReference:
         # window index -> (unit ids, weight units, paged); arrays are never changed in place.
         self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
 
-    def run_slack_units(self, rate: float, kappa: float = 1.0) -> int:
-        """The slack of a run opened at a baseline ``rate`` (public), in 1 / resolution (``run_slack``)."""
-        return math.ceil(run_slack(rate, kappa, self.slack) * self.resolution)
+    @property
+    def slack_units(self) -> int:
+        """The slack in 1 / resolution: what the alarm's runs add to their interval's width."""
+        return math.ceil(self.slack * self.resolution)
 
     @property
     def rhythm_variance(self) -> float:
