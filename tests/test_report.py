@@ -454,3 +454,50 @@ def test_the_reports_where_states_its_guarantee():
     other = release_report(np.zeros((300, 5)), flagged, ReportSettings(), NAMES, rng=2, grid_unusual=U,
                            grid_names=GRID_NAMES, grid_features=LAYOUT, normal_share=0.05)
     assert other["where"]["parts"] != w["parts"]
+
+
+def test_scheduled_reports_normal_comes_from_the_reports_already_published(tmp_path):
+    # With a report on every window, a report's normal per part is post-processing of the
+    # reports published in the last two hours (their part counts over their event counts),
+    # once there are 12 of them: rebuilt here from the alert records alone.
+    import json
+
+    from monitor.budget import BudgetAccountant, WindowLedger
+    from monitor.data.traffic import Traffic
+    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
+    from monitor.model import GridKNN
+    from monitor.release import WindowReleaser
+    from monitor.stream.windows import ClosedWindow
+
+    _, ref, _ = simulate_vitals(3000, rng=5)
+    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
+                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(ref)
+    config = parse_config({
+        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+        "stream": {"entity_field": "device_id"}, "window": {"size_seconds": 300},
+        "alarm": {"baseline_warmup_seconds": 3600}, "report": {"every_seconds": 300},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 1000.0, "accountant": "basic"},
+    })
+    b = config.budget
+    rel = WindowReleaser(config, BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds,
+                                                  b.accountant), model, rng=4)
+    traffic = Traffic(people=300, days=1, seed=2)
+    records = []
+    for i in range(16):
+        X, ents, _ = traffic.window(i, [])
+        w = ClosedWindow(i * 300.0, (i + 1) * 300.0, X, np.zeros(0, bool), (), tuple(ents))
+        records.append(json.loads(rel.release(w, released_at=(i + 1) * 300.0).entry.payload))
+    assert all(r["report"]["reason"] == "schedule" for r in records)
+    for i in range(12, 16):
+        past = [r["report"] for r in records[:i]]
+        events = sum(r["event_count"]["value"] for r in past)
+        report = records[i]["report"]
+        for part in report["where"]["parts"]:
+            held = sum(p["flagged_count"]["value"] for r in past for p in r["where"]["parts"] if p["grid"] == part["grid"])
+            assert part["normal"] == pytest.approx(held / events * report["event_count"]["value"])
+    # Before 12 reports the normal came from elsewhere (the model's guess here): not that sum.
+    early = records[5]["report"]
+    past = [r["report"] for r in records[:5]]
+    first = early["where"]["parts"][0]
+    held = sum(p["flagged_count"]["value"] for r in past for p in r["where"]["parts"] if p["grid"] == first["grid"])
+    assert first["normal"] != pytest.approx(held / sum(r["event_count"]["value"] for r in past) * early["event_count"]["value"])

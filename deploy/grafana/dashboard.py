@@ -133,9 +133,10 @@ PRIVATE_PANELS: list[Panel] = [
            (f"dp_monitor_report_count_accuracy{{count=~\"flagged|where\", instance=~\"$instance\"}}", "+- 95 % {{count}}")],
           overrides=[_dashed(f"+- 95 % {c}", "gray") for c in ("flagged", "where")]),
     Panel("Detailed report: where", "timeseries", 12, 8,
-          "Which feature each detailed report named (report.where: the feature whose flagged events rose most above what "
-          "normal traffic gives it, picked by report-noisy-max) and how many flagged events beyond normal it holds; a "
-          f"feature's line starts where a report names it. {REPORT} {DP}",
+          "Which feature each detailed report named and how many flagged events beyond normal it holds. A feature is "
+          "named only when the low end of its excess's interval is above 0, with intervals that hold for all features at "
+          "once (report.where.parts[].stands_out); a report where no single feature stands out draws no line. "
+          f"{REPORT} {DP}",
           [(f"dp_monitor_report_where_excess_count{SEL}", "{{feature}}")]),
     Panel("Detailed report: events", "timeseries", 12, 6,
           f"Noisy event count of the last reported window, with its public 95 % half-width (dashed). {REPORT} {DP}",

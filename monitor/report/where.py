@@ -20,7 +20,7 @@ import numpy as np
 from monitor.dp import NoiseSource, Release, laplace_count
 
 __all__ = ["candidate_parts", "grid_unusual", "normal_part_shares", "part_counts", "part_of", "release_parts",
-           "released_parts_scale"]
+           "released_parts_scale", "ReportHistory"]
 
 
 def candidate_parts(grid_features: Sequence[Sequence[int]] | None, n_grids: int) -> list[int]:
@@ -155,3 +155,61 @@ def released_parts_scale(flag_cap: "float | None", epsilon_parts: "float | None"
     if not weight > 0:
         return math.inf
     return float(flag_cap or 1.0) / float(epsilon_parts) / weight
+
+
+class ReportHistory:
+    """Normal traffic's parts read from the scheduled reports already published: free
+    (post-processing of released values), and following the hour, since only the last
+    ``span_seconds`` of reports count.
+
+    Each scheduled report publishes every part's flagged count (Laplace of scale 1 /
+    ``epsilon_parts`` each, then projected) and the event count; a part's normal per event is
+    the sum of its published counts over the sum of the published event counts. Reports on a
+    page are left out (the surge is what they show); a scheduled report of a surge that did
+    not page is kept, which can only raise a part's normal (fewer parts named). The
+    published counts are projected onto non-negative parts, so small parts' sums lean high:
+    again fewer parts named. The error of the sum of K counts is counted as one Laplace
+    variable of the same variance (scale sqrt(K) / epsilon_parts), whose tail is the heavier.
+
+    >>> h = ReportHistory(["a", "b"], epsilon_parts=0.2, min_reports=2)
+    >>> for t in (300.0, 600.0):
+    ...     h.add(t, {"event_count": {"value": 1000.0}, "where": {"parts": [
+    ...         {"grid": "b", "flagged_count": {"value": 5.0}}, {"grid": "a", "flagged_count": {"value": 15.0}}]}})
+    >>> share, pi, scale = h.normal(900.0)
+    >>> round(share, 3), pi.round(2).tolist(), round(scale, 3)
+    (0.02, [0.75, 0.25], 0.177)
+    """
+
+    def __init__(self, part_grids: Sequence[str], epsilon_parts: float, span_seconds: float = 7200.0,
+                 min_reports: int = 12) -> None:
+        self.part_grids = list(part_grids)
+        self.epsilon_parts = float(epsilon_parts)
+        self.span_seconds = float(span_seconds)
+        self.min_reports = int(min_reports)
+        self._reports: list[tuple[float, float, np.ndarray]] = []  # (window end, events, part counts)
+
+    def add(self, window_end: float, report: dict) -> None:
+        """Keep a published scheduled report's event count and part counts."""
+        where = report.get("where") or {}
+        counts = {p["grid"]: float(p["flagged_count"]["value"]) for p in where.get("parts") or []}
+        if set(counts) != set(self.part_grids):
+            return
+        self._reports.append((float(window_end), max(float(report["event_count"]["value"]), 0.0),
+                              np.array([counts[g] for g in self.part_grids])))
+
+    def normal(self, now: float) -> "tuple[float, np.ndarray, float] | None":
+        """(normal weight per event, its shares over the parts, the shares' Laplace scale as
+        ``release_report``'s ``normal_parts_scale``) from the reports of the last
+        ``span_seconds`` before ``now``; None with fewer than ``min_reports`` of them or no
+        normal weight."""
+        self._reports = [r for r in self._reports if r[0] > now - self.span_seconds]
+        recent = [r for r in self._reports if r[0] <= now]
+        if len(recent) < self.min_reports:
+            return None
+        events = math.fsum(r[1] for r in recent)
+        counts = np.sum([r[2] for r in recent], axis=0)
+        weight = float(counts.sum())
+        if not (events > 0 and weight > 0):
+            return None
+        share = weight / events
+        return share, counts / weight, math.sqrt(len(recent)) / self.epsilon_parts / weight

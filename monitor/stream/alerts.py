@@ -48,11 +48,27 @@ def resolve_bootstrap(cli_value: str | None, config) -> str | list[str]:
 
 
 def headline(report: dict | None) -> str:
-    """The report column: the report's own headline when it has one, else a short summary."""
+    """The report column: the report's own headline when it has one, else a short summary.
+
+    A report names a feature only when it stands out for all parts at once
+    (``where.parts[].stands_out``, docs/report.md). A record from before that rule (its parts
+    carry no ``stands_out``) named the largest part whatever the noise, so its feature is not
+    shown: only its flagged count.
+
+    >>> headline({"reason": "alarm", "headline": "surge in hr: +9 flagged (+-15)", "flagged_count": {"value": 30.4, "accuracy": 60.0},
+    ...           "where": {"features": ["hr"], "parts": [{"features": ["hr"], "excess": {"value": 9.0, "accuracy": 15.0}}]}})
+    'alarm: 30 flagged (+-60), no feature checked (a record from before the stands-out rule)'
+    """
     if not report:
         return "-"
     if "suppressed" in report:
         return f"{report.get('reason', 'report')}: suppressed ({report['suppressed']})"
+    parts_of_where = (report.get("where") or {}).get("parts") or []
+    if parts_of_where and not all("stands_out" in p for p in parts_of_where):
+        flagged = report.get("flagged_count") or {}
+        acc = flagged.get("accuracy")
+        return (f"{report.get('reason', 'report')}: {flagged.get('value', float('nan')):.0f} flagged"
+                + ("" if acc is None else f" (+-{acc:.0f})") + ", no feature checked (a record from before the stands-out rule)")
     if report.get("headline"):
         return str(report["headline"])
     parts = [str(report.get("reason", "report"))]
