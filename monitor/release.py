@@ -254,7 +254,7 @@ class WindowReleaser:
             comparison = None
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
                 comparison = self.reference.compare(self.reference.window_index(window.start), units, window.entities,
-                                                    self.alarm.run_rate_units(est), self.alarm.slack_units)
+                                                    self.alarm.run_rate_units(est), self.alarm.low_units)
             answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,
                                              comparison=comparison, load=profile_load(est, window.start))
             if answer.state == "fired":

@@ -246,9 +246,19 @@ def test_the_releaser_announces_a_baseline_from_too_little_traffic(tmp_path):
 def test_what_the_plan_states_is_the_threshold_the_alarm_uses():
     from monitor.alarm.calibrate import window_threshold
 
-    a = AlarmSettings()
+    from monitor.alarm import RhythmReference
+    from monitor.alarm.reference import Comparison
+
+    a = AlarmSettings(follow_rhythm=False)
     alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, None, hold_windows=0, rng=0,
                        false_pages_per_30_days=a.false_pages_per_30_days, window_seconds=300, kappa=0.6,
                        traffic_swing=a.traffic_swing)
     base = BaselineEstimate(0.03, 1500.0, 0, 1, 36, 0.27, rate_error=0.002)
     assert alarm.window_threshold(base) == pytest.approx(window_threshold(a, 300, 0.03, 1500.0, 0.002, 0.6), rel=1e-6)
+    # Against the rhythm reference (the default): the run's interval, the prediction's variance, the hour's load.
+    r = AlarmSettings()
+    ref = RhythmReference(300, r.recent_windows, r.seasonal_windows, r.rhythm_slack)
+    alarm.open_run(1, base, slack_units=ref.slack_units)
+    for load in (None, 0.6, 1.7):
+        assert alarm.window_threshold(base, Comparison(0, "rhythm", ref.rhythm_variance), load) == pytest.approx(
+            window_threshold(r, 300, 0.03, 1500.0, 0.002, 0.6, load), rel=1e-6)

@@ -41,15 +41,15 @@ def _statistic(history, index, now, m, paged=(), **kw):
     ref = RhythmReference(window_seconds=300, period_seconds=300 * 8, **kw)
     for j, (ents, units) in enumerate(history):
         ref.learn_one(j, units, ents, paged=j in paged)
-    return ref.compare(index, now[1], now[0], m, ref.slack_units)
+    return ref.compare(index, now[1], now[0], m, m + ref.slack_units)
 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("m", [0, 1, 164, R // 2, R])
 def test_one_person_moves_the_statistic_within_its_interval(seed, m):
     """Removing one person (all of their events, in every window) moves the statistic by an
-    integer in [-(m + slack), R - m]: heavy people, partial weights, absences, paged windows,
-    and every mode."""
+    integer in the run's interval [-(m + slack), R]: heavy people, partial weights, absences,
+    paged windows, and every mode."""
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
     slack = RhythmReference(300, **kw).slack_units
@@ -65,7 +65,7 @@ def test_one_person_moves_the_statistic_within_its_interval(seed, m):
             assert less.mode == full.mode  # the mode is the calendar's, not the data's
             move = full.statistic - less.statistic
             assert isinstance(move, int)
-            assert -(m + slack) <= move <= R - m, (index, person, move)
+            assert -(m + slack) <= move <= R, (index, person, move)
     assert modes == {"baseline", "recent", "rhythm"}
 
 
@@ -81,8 +81,8 @@ def test_events_without_an_entity_are_their_own_units():
         anon.learn_one(j, u, (), paged=False)
         named.learn_one(j, u, tuple(f"w{j}e{i}" for i in range(u.size)), paged=False)
     now = np.array(rng.integers(0, R + 1, size=9))
-    a = anon.compare(14, now, (), m=300, slack_units=1024)
-    b = named.compare(14, now, tuple(f"now{i}" for i in range(now.size)), m=300, slack_units=1024)
+    a = anon.compare(14, now, (), m=300, low_units=1324)
+    b = named.compare(14, now, tuple(f"now{i}" for i in range(now.size)), m=300, low_units=1324)
     assert a.mode == b.mode == "rhythm"
     assert abs(a.statistic - b.statistic) <= 40  # rounding per unit against rounding once
 
@@ -121,7 +121,7 @@ def test_follows_a_daily_rhythm_the_daily_rate_misses():
     for j, rate in enumerate(rates):
         units = (rng.random(people) < rate).astype(np.int64) * R
         if j >= 2 * P:
-            c = ref.compare(j, units, ents, tau_units, 1024)
+            c = ref.compare(j, units, ents, tau_units, tau_units + 1024)
             assert c.mode == "rhythm"
             against.append(c.statistic / R)
             plain.append(float(units.sum() - tau_units * people) / R)
@@ -132,9 +132,11 @@ def test_follows_a_daily_rhythm_the_daily_rate_misses():
     assert np.std(plain) > 1.5 * spread
 
 
-def test_surge_alarm_noise_covers_the_run_slack():
-    """Each run's noise is sized for its interval, fixed when it opens, and the derived
-    threshold grows with it."""
+def test_surge_alarm_noise_covers_the_run_interval():
+    """Each run's noise is sized for one interval [-(top of its tau band + slack), 1], fixed
+    when it opens, with no drift; the plain statistic's interval lies inside it."""
+    from monitor.alarm.units import band_around
+
     base = BaselineEstimate(rate=0.04, events_per_window=1500, span_start=0, span_end=86400, span_windows=288,
                             epsilon=0.1, rate_error=0.001)
     wide, narrow = RhythmReference(300).slack_units, RhythmReference(300, slack=0.2).slack_units
@@ -142,11 +144,14 @@ def test_surge_alarm_noise_covers_the_run_slack():
     alarm = SurgeAlarm(0.6, 0.5, None, rng=1)
     plain = alarm.window_threshold(base)
     alarm.open_run(1, base, slack_units=wide)
-    assert alarm.svt.width == R + wide and alarm.slack_units == wide
+    top = band_around(base.rate)[1]
+    assert alarm.svt.width == R + top + wide and alarm.svt.drift == 0 and alarm.low_units == top + wide
     assert alarm.window_threshold(base) > plain
+    m = alarm.run_rate_units(base)
+    assert -alarm.low_units <= -m and R - m <= R  # the plain statistic's interval fits
     alarm.close_run()
-    alarm.open_run(2, base, slack_units=narrow)
-    assert alarm.svt.width == R + narrow
+    alarm.open_run(2, base)
+    assert alarm.svt.width == R and alarm.svt.drift > 0  # a plain run, as before
 
 
 def test_slack_is_checked():

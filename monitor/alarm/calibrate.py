@@ -47,7 +47,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import gammaincc, ndtr
 
-from monitor.alarm.units import BAND_UNITS, RESOLUTION
+from monitor.alarm.units import BAND_UNITS, RESOLUTION, band_around
 
 __all__ = [
     "alarm_levels",
@@ -351,10 +351,11 @@ def _terms(settings, rate: float, events: float, rate_error: float, kappa: float
                     kappa=kappa, swing=swing)
     from monitor.alarm.reference import rhythm_variance
 
-    slack_units = math.ceil(settings.rhythm_slack * RESOLUTION)
+    # The run's interval (``SurgeAlarm.open_run``): [-(top of the tau band + slack), 1], no drift.
+    width = RESOLUTION + band_around(rate)[1] + math.ceil(settings.rhythm_slack * RESOLUTION)
     return dict(rate=rate, events=events, rate_error=0.0,
-                epsilon_threshold=settings.epsilon_threshold * RESOLUTION / (RESOLUTION + slack_units),
-                epsilon_page=settings.epsilon_page * RESOLUTION / (RESOLUTION + slack_units + BAND_UNITS),
+                epsilon_threshold=settings.epsilon_threshold * RESOLUTION / width,
+                epsilon_page=settings.epsilon_page * RESOLUTION / width,
                 kappa=kappa * rhythm_variance(settings.recent_windows, settings.seasonal_windows), swing=swing)
 
 

@@ -27,26 +27,27 @@ windows all count, so a lasting change is learnt within the hour rather than pag
 window after the hold (a surge pages at its onset, once).
 The statistic is
 
-    a_i = sum_u clip(A_ui - B_ui, -(tau + slack), 1 - tau)
+    a_i = sum_u clip(A_ui - B_ui, -L, 1)
 
-in integer units of 1 / RESOLUTION (``A - B`` rounded to the unit, then clipped).
+in integer units of 1 / RESOLUTION (``A - B`` rounded to the unit, then clipped), with L
+fixed for a run: tau's top within the run's band plus ``slack`` (``SurgeAlarm.open_run``).
 
 Sensitivity. Adding or removing unit u adds or removes exactly its own term: every other
 unit's term depends on that unit's data and public numbers only (tau, the sets, which are
-chosen from the public answers and the calendar). The clip puts each term in
-[-(tau + slack), 1 - tau], an interval of width 1 + slack that contains 0, whatever B is
-and however it was rounded. So each query moves within [-m', width - m'] with
-width = (1 + slack) RESOLUTION and m' = m + slack RESOLUTION, where m is tau in units:
-AboveThreshold's argument (``AboveThreshold``, width and drift) holds as for the plain
-statistic, at page noise (1 + slack + TAU_BAND) / (1 + TAU_BAND) times wider. The three
-modes share that interval (the plain statistic's [-tau, 1 - tau] lies inside it), so a run
-may move from one to the next. The statistic's DATA never changes the mode: how much
-history there is counts answered windows, a public fact.
+chosen from the public answers and the calendar). The clip puts each term in [-L, 1], an
+interval of width 1 + L that contains 0, whatever B is and however it was rounded; the plain
+statistic's [-tau, 1 - tau] lies inside it for every tau of the run's band. So every query
+of a run moves within one interval, and AboveThreshold's argument (``AboveThreshold``: width
+1 + L, no drift) holds as for the plain statistic, at noise (1 + L) / (1 + TAU_BAND) times
+the plain run's. The three modes share that interval, so a run may move from one to the
+next. The statistic's DATA never changes the mode: how much history there is counts
+answered windows, a public fact.
 
-Clipping binds rarely on normal traffic: the low end only for a unit whose prediction
-exceeds ``slack`` (three full flags in the last hour, say), the high end only by at most
-tau for a fully flagged event of a unit with no history. The low end lifts the statistic a
-little (a persistently flagged person who goes offline); the threshold's margin covers it.
+Why [-L, 1] and not [-L, 1 - tau]: a person weighed fully now whose history is light has
+A - B near 1; clipping those at 1 - tau lowered the statistic by tau per flagged person
+(40 events a window at 10,000 people). The low end binds for a person whose prediction
+exceeds L - tau and who is light now; the slack keeps that rare at the busiest hour,
+where the share weighed may be several times tau.
 
 Without an entity field every event is its own unit and sits in one window only: its term
 in window i is clip(-c_ij A_ej) if it came in an earlier window j, or A_ei, clipped the same
@@ -55,7 +56,7 @@ way, so the same interval holds.
 >>> ref = RhythmReference(window_seconds=300, recent_windows=2, seasonal_windows=1)
 >>> for i in range(3):
 ...     ref.learn_one(i, units=np.array([4096, 0]), entities=("a", "b"), paged=False)
->>> c = ref.compare(3, units=np.array([4096, 4096]), entities=("a", "b"), m=0, slack_units=2048)
+>>> c = ref.compare(3, units=np.array([4096, 4096]), entities=("a", "b"), m=0, low_units=2048)
 >>> c.mode, c.statistic   # b is flagged for the first time; a is as usual
 ('recent', 4096)
 """
@@ -114,9 +115,9 @@ class RhythmReference:
         Windows in Y_i, centred on the same hour a period earlier (odd; an even number is
         made odd by one). At least half of them, and all of YT_i, for the rhythm mode.
     slack:
-        How far below -tau a unit's term may go: the interval is [-(tau + slack), 1 - tau].
-        Its low end must sit below the busiest hour's rate too (tau is the day's): 0.5 covers
-        a share weighed three times the day's mean (docs/alarm.md).
+        How far below -tau a unit's term may go (L = tau + slack, tau the top of the run's
+        band). The low end must sit below the busiest hour's share too (tau is the day's):
+        0.5 covers a share weighed several times the day's mean (docs/alarm.md).
     trend_error:
         How far the recent mode's trend may miss the rhythm, as a share of the normal count
         (public): the threshold counts it like a baseline's error. Measured about 0.1 on
@@ -253,10 +254,11 @@ class RhythmReference:
         return "recent", [(trend, coef)]
 
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
-                slack_units: int) -> Comparison:
+                low_units: int) -> Comparison:
         """Window ``index``'s statistic, in integer units, for the baseline rate ``m`` (tau in
-        1 / resolution) and the run's ``slack_units``. Private: only the alarm's noisy answer
-        about it is published."""
+        1 / resolution), each unit's term clipped to the run's interval [-``low_units``,
+        resolution] (``SurgeAlarm.low_units``). Private: only the alarm's noisy answer about it
+        is published."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         m = int(m)
         mode, parts = self._sets(int(index))
@@ -264,7 +266,7 @@ class RhythmReference:
         if not parts:
             return Comparison(plain, "baseline", 1.0)
         variance = 1.0 + sum(float(np.dot(c, c)) for _, c in parts)
-        lo, hi = -(m + int(slack_units)), self.resolution - m
+        lo, hi = -int(low_units), self.resolution
         ids_now = self._unit_ids(entities, units.size) if entities else np.full(units.size, -1, dtype=np.int64)
         # Events without an entity are units of their own: each term on its own, clipped.
         total = int(np.clip(units[ids_now < 0] - m, lo, hi).sum())

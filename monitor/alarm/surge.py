@@ -57,7 +57,7 @@ from monitor.alarm.baseline import BaselineEstimate
 from monitor.alarm.calibrate import false_page_threshold
 from monitor.alarm.reference import Comparison
 from monitor.alarm.units import BAND_UNITS as _BAND_UNITS
-from monitor.alarm.units import RESOLUTION, TAU_BAND
+from monitor.alarm.units import RESOLUTION, TAU_BAND, band_around, rate_units
 
 __all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "TAU_BAND", "AlarmState"]
 
@@ -124,9 +124,8 @@ class SurgeAlarm:
         1 is the safe bound, exact for plain flags): scales the normal spread. A baseline
         that released its own (``BaselineEstimate.kappa``, from the traffic) replaces it.
     slack_units:
-        With a rhythm reference (``monitor.alarm.reference``): how far below -tau one unit's
-        term may go, in 1 / RESOLUTION; the run's noise covers the interval of width
-        RESOLUTION + slack_units. 0: the plain statistic only.
+        Extra width of every run's interval, in 1 / RESOLUTION (0: the plain statistic's).
+        With the rhythm reference each run sets its own instead (``open_run``).
     rng:
         None in production (OpenDP); a seed for tests.
     """
@@ -148,7 +147,8 @@ class SurgeAlarm:
         if int(hold_windows) != hold_windows or hold_windows < 0:
             raise ValueError(f"hold_windows must be a non-negative integer, got {hold_windows!r}")
         _check_slack(slack_units)
-        # A rhythm reference widens the interval one unit moves a_i in by its slack (monitor.alarm.reference).
+        self._slack_units = int(slack_units)
+        # A rhythm reference widens the interval one unit moves a_i in (monitor.alarm.reference).
         self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION + int(slack_units), drift=_BAND_UNITS,
                                   rng=rng)
         self.threshold = None if threshold is None else float(threshold)
@@ -173,21 +173,32 @@ class SurgeAlarm:
         return not self.holding and not self.svt.active
 
     @property
-    def slack_units(self) -> int:
-        """The open run's slack (the width of its interval beyond RESOLUTION), fixed when it opened."""
+    def low_units(self) -> int:
+        """How far below 0 one unit's term may go in the open run (its interval is
+        [-low_units, RESOLUTION]; the rhythm reference clips to it), fixed when it opened."""
         return self.svt.width - RESOLUTION
 
     def open_run(self, run_id: int, baseline: BaselineEstimate | None = None, slack_units: int | None = None) -> None:
         """Start run ``run_id``: call only after its charge is recorded. Its tau band is
-        centred on ``baseline``'s rate (on the first answered window's, if None); ``slack_units``
-        (public, e.g. ``reference.run_slack_units``) fixes its interval's width for the whole
-        run: its noise is drawn for it."""
+        centred on ``baseline``'s rate (on the first answered window's, if None).
+
+        ``slack_units`` (with the rhythm reference, which needs ``baseline``): the run's
+        interval is [-(m_hi + slack_units), RESOLUTION], m_hi the top of its tau band, for
+        every query it answers: the reference's clipped terms, and the plain statistic's
+        [-m, RESOLUTION - m] for any m in the band. One interval for the whole run, so its
+        noise needs no drift.
+        """
         if slack_units is not None:
             _check_slack(slack_units)
-            self.svt.width = RESOLUTION + int(slack_units)
+            if baseline is None:
+                raise ValueError("a run with a slack needs the baseline it opens on")
+            band = band_around(baseline.rate)
+            self.svt.width, self.svt.drift = RESOLUTION + band[1] + int(slack_units), 0
+        else:
+            self.svt.width, self.svt.drift = RESOLUTION + self._slack_units, _BAND_UNITS
         self.svt.start()
         self.run = int(run_id)
-        self._band = None if baseline is None else _band_around(baseline.rate)
+        self._band = None if baseline is None else band_around(baseline.rate)
 
     def accepts(self, baseline: BaselineEstimate | None) -> bool:
         """Can the open run use ``baseline``'s rate without clamping it (public)?
@@ -197,14 +208,14 @@ class SurgeAlarm:
         """
         if self._band is None or baseline is None:
             return True
-        return self._band[0] <= _units(baseline.rate) <= self._band[1]
+        return self._band[0] <= rate_units(baseline.rate) <= self._band[1]
 
     def run_rate_units(self, baseline: BaselineEstimate) -> int:
         """The m of a_i = (RESOLUTION f - m n) / RESOLUTION the open run uses with ``baseline``."""
         if self._band is None:
-            self._band = _band_around(baseline.rate)
+            self._band = band_around(baseline.rate)
         lo, hi = self._band
-        return min(max(_units(baseline.rate), lo), hi)
+        return min(max(rate_units(baseline.rate), lo), hi)
 
     @property
     def has_paged(self) -> bool:
@@ -287,16 +298,6 @@ class SurgeAlarm:
                            compared_with=mode)
 
 
-
-
-def _units(rate: float) -> int:
-    return round(min(1.0, max(0.0, rate)) * RESOLUTION)
-
-
-def _band_around(rate: float) -> tuple[int, int]:
-    """A band of width TAU_BAND inside [0, 1] (in 1 / RESOLUTION units), centred on ``rate`` where it fits."""
-    lo = min(max(_units(rate) - _BAND_UNITS // 2, 0), RESOLUTION - _BAND_UNITS)
-    return lo, lo + _BAND_UNITS
 
 
 def _check_slack(slack_units: int) -> None:

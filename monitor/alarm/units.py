@@ -7,7 +7,7 @@ move within a public band of width TAU_BAND (``monitor.alarm.surge``).
 
 from __future__ import annotations
 
-__all__ = ["RESOLUTION", "TAU_BAND", "BAND_UNITS"]
+__all__ = ["RESOLUTION", "TAU_BAND", "BAND_UNITS", "rate_units", "band_around"]
 
 # Integer units per event of the statistic: tau is a multiple of 1 / RESOLUTION.
 RESOLUTION = 1 << 12
@@ -16,3 +16,18 @@ RESOLUTION = 1 << 12
 # (epsilon_threshold) every time a refreshed baseline moved tau at all.
 TAU_BAND = 0.1
 BAND_UNITS = round(TAU_BAND * RESOLUTION)
+
+
+def rate_units(rate: float) -> int:
+    """A rate in [0, 1] as the statistic's m, in 1 / RESOLUTION (post-processing: rounded)."""
+    return round(min(1.0, max(0.0, rate)) * RESOLUTION)
+
+
+def band_around(rate: float) -> tuple[int, int]:
+    """A run's band of width TAU_BAND inside [0, 1] (in 1 / RESOLUTION), centred on ``rate`` where it fits.
+
+    >>> band_around(0.5), band_around(0.0)
+    ((1843, 2253), (0, 410))
+    """
+    lo = min(max(rate_units(rate) - BAND_UNITS // 2, 0), RESOLUTION - BAND_UNITS)
+    return lo, lo + BAND_UNITS
