@@ -53,11 +53,11 @@ def test_one_person_moves_the_statistic_within_its_interval(seed, m):
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
     slack = RhythmReference(300, **kw).slack_units
-    history = _history(rng, 12, 14, heavy=(0, 3))
+    history = _history(rng, 12, 22, heavy=(0, 3))
     now = _history(rng, 12, 1, heavy=(0,))[0]
-    paged = {int(rng.integers(0, 14))}
+    paged = {int(rng.integers(0, 22)), int(rng.integers(0, 22))}
     modes = set()
-    for index in (1, 6, 14):  # baseline, recent, rhythm (a period of 8 windows)
+    for index in (1, 6, 14, 22):  # baseline, recent, rhythm over one day and two (a period of 8 windows)
         full = _statistic(history[:index], index, now, m, paged=paged, **kw)
         modes.add(full.mode)
         for person in [f"p{p}" for p in range(12)]:

@@ -12,13 +12,14 @@ window, minus the released baseline rate if it sent an event: x_uj in {0, 1}, at
 event per unit per window; A_uj = 0 when it sent none). The unit's prediction for window
 i is a linear combination of its own earlier values,
 
-    B_ui = mean_{Y_i} A_u + mean_{T_i} A_u - mean_{YT_i} A_u     ("rhythm", a day of history)
+    B_ui = mean_{T_i} A_u + mean_d (mean_{Y_di} A_u - mean_{YT_di} A_u)   ("rhythm", a day of history)
     B_ui = sum_{j in TT_i} c_ij A_uj                              ("recent", less than a day)
     B_ui = 0                                                      ("baseline", no history yet)
 
-with T_i the last ``recent_windows`` windows before i, Y_i the ``seasonal_windows`` windows
-centred on i one period (a day) earlier and YT_i the recent windows before that: yesterday's
-shape at this hour, moved by how today's last hour differs from yesterday's. Before a day of
+with T_i the last ``recent_windows`` windows before i, Y_di the ``seasonal_windows`` windows
+centred on i d periods (days) earlier and YT_di the recent windows before those: today's
+last hour, moved by how the day's shape rises or falls from that hour to this one, averaged
+over the last SEASONAL_DAYS days there are (a surge one day then weighs half as much). Before a day of
 history, the least-squares line through the last ``recent_windows`` windows (TT_i),
 extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
 Windows that paged or held (public answers) are left out of the day-old sets (the last
@@ -75,6 +76,9 @@ __all__ = ["RhythmReference", "Comparison", "ReferenceMode", "rhythm_variance"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
 
+# Days of history the rhythm mode averages the day's shape over (as many as there are).
+SEASONAL_DAYS = 2
+
 
 
 
@@ -91,13 +95,14 @@ class Comparison:
     relative_error: float = 0.0
 
 
-def rhythm_variance(recent_windows: int, seasonal_windows: int) -> float:
-    """1 + the sum of the rhythm mode's squared coefficients, every window answered.
+def rhythm_variance(recent_windows: int, seasonal_windows: int, days: int = SEASONAL_DAYS) -> float:
+    """1 + the sum of the rhythm mode's squared coefficients, every window answered, with
+    ``days`` days of history.
 
-    >>> round(rhythm_variance(12, 13), 3)
-    1.244
+    >>> round(rhythm_variance(12, 13, 1), 3), round(rhythm_variance(12, 13, 2), 3)
+    (1.244, 1.163)
     """
-    return 1.0 + 1.0 / seasonal_windows + 2.0 / recent_windows
+    return 1.0 + 1.0 / recent_windows + (1.0 / seasonal_windows + 1.0 / recent_windows) / days
 
 
 class RhythmReference:
@@ -167,7 +172,7 @@ class RhythmReference:
         """Remember window ``index`` after it was answered; ``paged``: it paged or held (left out)."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
-        keep_from = int(index) - (self.period or 0) - self.recent_windows - self.half_seasonal
+        keep_from = int(index) - SEASONAL_DAYS * (self.period or 0) - 4 * self.recent_windows - self.half_seasonal
         for old in [k for k in self._windows if k < keep_from]:
             del self._windows[old]
         if len(self._ids) > 4 * max(1, sum(v[0].size for v in self._windows.values())) + 1024:
@@ -220,29 +225,37 @@ class RhythmReference:
                     break
         return out[::-1]
 
+    def _day_shape(self, day: int) -> tuple[list[int], list[int]] | None:
+        """(the windows around ``day``, the recent windows before it) of a day-old hour, or None
+        when too few were kept. The day's pages are left out, so a surge is not a later day's
+        normal, unless they fill the hour (a change that day saw first, a shift starting)."""
+        hour = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
+        same = [j for j in hour if not self._windows[j][2]]
+        if 2 * len(same) < len(hour):
+            same = hour
+        before = self._last(day, self.recent_windows, answered=True)
+        if len(before) < self.recent_windows:
+            before = self._last(day, self.recent_windows, answered=False)
+        if 2 * len(same) < 2 * self.half_seasonal + 1 or len(before) < self.recent_windows:
+            return None
+        return same, before
+
     def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], np.ndarray]]]:
         """The mode and the prediction's parts, each (windows, their coefficients): public (the
         calendar and which windows were answered without a page)."""
         if self.period is not None:
-            day = index - self.period
-            hour = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
-            same = [j for j in hour if not self._windows[j][2]]
-            if 2 * len(same) < len(hour):
-                # Yesterday paged through most of this hour: a change it saw first (a shift
-                # starting) is today's normal more likely than a surge at the same time again.
-                same = hour
             # Today's windows count whether they paged or not: a lasting change (a new normal)
-            # is learnt within the hour instead of paging every window after the hold. The
-            # day-old sets leave yesterday's pages out, so a surge is not tomorrow's normal.
+            # is learnt within the hour instead of paging every window after the hold.
             recent = self._last(index, self.recent_windows, answered=False)
-            before = self._last(day, self.recent_windows, answered=True)
-            if len(before) < self.recent_windows:
-                before = self._last(day, self.recent_windows, answered=False)
-            if (2 * len(same) >= 2 * self.half_seasonal + 1 and len(recent) == self.recent_windows
-                    and len(before) == self.recent_windows):
-                return "rhythm", [(same, np.full(len(same), 1.0 / len(same))),
-                                  (recent, np.full(len(recent), 1.0 / len(recent))),
-                                  (before, np.full(len(before), -1.0 / len(before)))]
+            shapes = [p for p in (self._day_shape(index - d * self.period) for d in range(1, SEASONAL_DAYS + 1)) if p]
+            if len(recent) == self.recent_windows and shapes:
+                # The level now, plus the shape: at this hour minus the hour before, averaged over
+                # the days there are (a surge one day weighs half as much with two).
+                parts = [(recent, np.full(len(recent), 1.0 / len(recent)))]
+                for same, before in shapes:
+                    parts += [(same, np.full(len(same), 1.0 / (len(same) * len(shapes)))),
+                              (before, np.full(len(before), -1.0 / (len(before) * len(shapes))))]
+                return "rhythm", parts
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the recent windows), so a rising hour is not a surge.
         trend = self._last(index, self.recent_windows, answered=False)
