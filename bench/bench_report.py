@@ -1,4 +1,4 @@
-"""Does a page's report say where? (issue 28)
+"""Does a page's report say where?
 
 Surges whose anomalies deviate in known features, at 1,500 people and 5 % of them
 anomalous, with the shipped config's ``report`` block and model settings:
@@ -389,8 +389,9 @@ def stream_markdown(rows: list[dict], args, elapsed: float, cfg) -> str:
         "sensor (one feature at its bound, 5 %), correlated drift (every feature, 5 %), and on the shared sets their real "
         "outlier rows (5 %; their affected features are unknown, so only the quiet windows around them count). "
         "*Quiet*: windows without a surge; *pages*: surge windows of the single- and two-feature kinds where the "
-        "shipped alarm paged; *not paged*: the other windows of those surges (scheduled reports). Day 1 is judged "
-        "against the model's guess of the normal parts, later days against the parts the daily baseline released.",
+        "shipped alarm paged; *not paged*: the other windows of those surges (scheduled reports). A report's normal "
+        "parts come from the scheduled reports of the last two hours once there are 12 (docs/report.md), before that "
+        "from the model's guess, not relied on (a part must hold more than the whole normal weight).",
         "",
         "| source | quiet windows: a feature named | pages: an affected feature named | pages: an unaffected one | "
         "not paged: an affected one | not paged: an unaffected one |",
@@ -405,15 +406,15 @@ def stream_markdown(rows: list[dict], args, elapsed: float, cfg) -> str:
 
     for source in dict.fromkeys(r["source"] for r in rows):
         lines.append(line(source, [r for r in rows if r["source"] == source]))
-    lines.append(line("day 1 (the model's guess of the normal parts)", [r for r in rows if not r["released"]]))
-    lines.append(line("later days (the baseline's released parts)", [r for r in rows if r["released"]]))
+    lines.append(line("day 1 (before the daily baseline)", [r for r in rows if r["day"] == 0]))
+    lines.append(line("later days", [r for r in rows if r["day"] > 0]))
     lines.append(line("**all**", rows))
     drift = [r for r in rows if r["kind"] == "correlated_drift"]
     lines += [
         "",
         f"Correlated drift (every feature moves; not a goal's kind): {len(drift)} surge windows, "
-        f"{_rate([r for r in drift if r['page']], 'affected'):.0%} of its {sum(r['page'] for r in drift)} pages name a "
-        "feature. Goals: quiet windows <= 5 %; pages >= 90 % / <= 10 %; not paged: an unaffected feature <= 10 %.",
+        f"{sum(r['page'] for r in drift)} paged, a feature named in {_rate(drift, 'affected'):.0%} of them. "
+        "Goals: quiet windows <= 5 %; pages >= 90 % / <= 10 %; not paged: an unaffected feature <= 10 %.",
         "",
         f"Every report consistent (no part above its whole, no count below 0): {_rate(rows, 'consistent'):.0%}; widest "
         f"published 95 % interval {max(r['widest'] for r in rows):.0f} against the plausible range [0, "
@@ -488,7 +489,7 @@ def main(argv=None) -> int:
 def _markdown(results, cfg, args, elapsed: float) -> str:
     acc = cfg.report.count_accuracies(len(cfg.features), 9)
     lines = [
-        "## Detailed report: does a page say where? (issue 28)",
+        "## Detailed report: does a page say where?",
         "",
         f"Shipped config (`report` block: epsilon {cfg.report_cost()[0]:.2f} per report, delta {cfg.report_cost()[1]:g}); "
         f"{PEOPLE:,} people, {SHARE:.0%} of them anomalous in each surge window; the model fitted at the shipped "

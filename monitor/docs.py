@@ -50,7 +50,7 @@ PRIVACY = {
     "dp_monitor_report_outlier_count": "DP release",
     "dp_monitor_report_count_accuracy": "config (published with a report: post-processing of the alarm's answers)",
     "dp_monitor_report_subspace_count": "DP release",
-    "dp_monitor_report_where_excess_count": "DP release (post-processing: report-noisy-max pick and its Laplace count, less a public share of the noisy event count)",
+    "dp_monitor_report_where_excess_count": "DP release (post-processing: the parts that stand out and their Laplace counts, less a public share of the noisy event count)",
     "dp_monitor_report_window_end_timestamp_seconds": "DP release (post-processing: when the alarm paged)",
     "dp_monitor_reports_total": "DP release (post-processing: the alarm's answers and the schedule)",
     "dp_monitor_reports_suppressed_total": "DP release (post-processing: the alarm's answers, the schedule and the budget)",

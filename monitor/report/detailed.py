@@ -1,4 +1,4 @@
-"""One window's detailed report: the numbers a page comes with (DESIGN 3, 7; docs/report.md)."""
+"""One window's detailed report: the numbers a page comes with (docs/report.md)."""
 
 from __future__ import annotations
 

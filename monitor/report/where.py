@@ -1,13 +1,13 @@
 """Where a surge is: the report's flagged events counted by the feature (the model's
-one-feature grids) that finds each one most unusual (DESIGN 7).
+one-feature grids) that finds each one most unusual (docs/report.md).
 
 The private maths of a report's 'where': no streaming, no Kafka, no Prometheus.
 
 Each flagged event goes to exactly one part, so the parts' counts form a histogram that
 one event moves by at most 1 in total (L1 sensitivity 1): Laplace noise of scale
 1 / epsilon on every part releases the whole histogram at epsilon (pure DP, parallel
-composition), and picking its largest parts is post-processing (report-noisy-max with
-Laplace noise, with the counts published besides).
+composition); which parts stand out is decided from the released counts and public
+numbers only (``monitor.report.simultaneous_low``): post-processing.
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ class MonitorMetrics:
         )
         self.report_where_excess = Gauge(
             p + "report_where_excess_count", "Flagged events beyond normal traffic in each feature the last report named "
-            "(report.where: report-noisy-max pick, noisy count less the calibrated normal share; DP).", ["feature"], registry=r,
+            "(report.where.features: the parts whose excess stands out for all parts at once; noisy count less the "
+            "normal share; DP).", ["feature"], registry=r,
         )
         self.report_window_end = Gauge(p + "report_window_end_timestamp_seconds", "Event-time end of the last reported window.", registry=r)
         self.reports = Counter(p + "reports", "Detailed reports released, by reason (alarm, schedule).", ["reason"], registry=r)
