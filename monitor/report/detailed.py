@@ -1,4 +1,4 @@
-"""One window's detailed report: the numbers a page comes with (docs/report.md)."""
+"""One window's detailed report: the numbers a page comes with (docs/report.md; docs/design.md#the-report)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Where a surge is: the report's flagged events counted by the feature (the model's
-one-feature grids) that finds each one most unusual (docs/report.md).
+one-feature grids) that finds each one most unusual (docs/design.md#the-report).
 
 The private maths of a report's 'where': no streaming, no Kafka, no Prometheus.
 
