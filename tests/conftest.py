@@ -67,6 +67,18 @@ PROCESS_HEAVY = {"test_crash.py", "test_instances.py", "test_join_crash.py", "te
                  "test_window_contents.py", "test_demo.py", "test_budget_durability.py"}
 
 
+@pytest.fixture(scope="session")
+def vitals_model():
+    """A GridKNN fitted on 3,000 simulated vital-sign rows (seeded): the model the releaser
+    tests share."""
+    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
+    from monitor.model import GridKNN
+
+    _, X, _ = simulate_vitals(3000, rng=5)
+    return GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
+                   feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(X)
+
+
 def pytest_collection_modifyitems(config, items):
     """xdist groups (``--dist loadgroup``): one group per test file, as ``loadfile`` would
     (a file's module fixtures start once), except that the PROCESS_HEAVY files form one."""

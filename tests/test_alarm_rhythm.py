@@ -215,7 +215,7 @@ def test_released_profile_follows_the_day():
     assert alarm.window_threshold(est, load=noon) > alarm.window_threshold(est, load=night)
 
 
-def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path):
+def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path, vitals_model):
     """A warm-up over a few devices, then the fleet: the first released report's event count
     (public) is far from the baseline's, the record says so, and a new estimate follows one
     warm-up span later instead of a day later, with the fleet's traffic."""
@@ -224,14 +224,10 @@ def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path):
     from monitor.budget import BudgetAccountant, WindowLedger
     from monitor.config import parse_config
     from monitor.data.traffic import Traffic
-    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
-    from monitor.model import GridKNN
+    from monitor.data.vitals import VITAL_FEATURES
     from monitor.release import WindowReleaser
     from monitor.stream.windows import ClosedWindow
 
-    _, X, _ = simulate_vitals(3000, rng=5)
-    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
-                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(X)
     config = parse_config({
         "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
         "stream": {"entity_field": "device_id"},
@@ -242,7 +238,7 @@ def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path):
     })
     b = config.budget
     releaser = WindowReleaser(config, BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds,
-                                                       b.accountant), model, rng=3)
+                                                       b.accountant), vitals_model, rng=3)
     traffic = Traffic(people=600, days=1, seed=2)
     records = []
     for i in range(48):
@@ -261,18 +257,15 @@ def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path):
     assert records[i]["baseline_refit"] is None  # answered
 
 
-def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour():
+def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour(vitals_model):
     """`monitor budget`'s sentence (the plan's visibility report): the alarm follows the rhythm,
     and it sees a smaller surge share at the busiest hour of the released profile than at
     the quietest (more events per window)."""
     from monitor.budget.plan import visibility_report
     from monitor.config import parse_config
-    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
-    from monitor.model import GridKNN
+    from monitor.data.vitals import VITAL_FEATURES
 
-    _, X, _ = simulate_vitals(3000, rng=5)
-    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
-                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(X)
+    model = vitals_model
     config = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES]})
     profile = [0.5] * 12 + [1.5] * 12
     base = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5, "profile": profile}
