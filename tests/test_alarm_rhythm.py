@@ -3,12 +3,22 @@ and that it follows a daily rhythm the plain daily rate does not."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
-from monitor.alarm import RESOLUTION, BaselineEstimate, RhythmReference, SurgeAlarm
+from monitor.alarm import RESOLUTION, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
+from monitor.alarm.baseline import profile_load
+from monitor.alarm.units import band_around
+from monitor.budget import BudgetAccountant, WindowLedger
+from monitor.budget.plan import visibility_report
+from monitor.config import parse_config
+from monitor.data.traffic import Traffic
+from monitor.data.vitals import VITAL_FEATURES
+from monitor.release import WindowReleaser
+from monitor.stream.windows import ClosedWindow
 
 R = RESOLUTION
 
@@ -135,8 +145,6 @@ def test_follows_a_daily_rhythm_the_daily_rate_misses():
 def test_surge_alarm_noise_covers_the_run_interval():
     """Each run's noise is sized for one interval [-(top of its tau band + slack), 1], fixed
     when it opens, with no drift; the plain statistic's interval lies inside it."""
-    from monitor.alarm.units import band_around
-
     base = BaselineEstimate(rate=0.04, events_per_window=1500, span_start=0, span_end=86400, span_windows=288,
                             epsilon=0.1, rate_error=0.001)
     wide, narrow = RhythmReference(300).slack_units, RhythmReference(300, slack=0.2).slack_units
@@ -169,7 +177,6 @@ def test_profile_histogram_has_the_flagged_totals_sensitivity(seed):
     """One person's clipped weight is split over the parts of the day: removing them moves the
     released histogram by at most the span's cap in L1, however their flags fall (heavy all
     day, partial weights, a cap reached mid-day)."""
-    from monitor.alarm import BaselineTracker
     rng = np.random.default_rng(seed)
     people = [f"p{i}" for i in range(30)]
     days = []
@@ -197,8 +204,6 @@ def test_released_profile_follows_the_day():
     """A flagged share three times higher by day than by night: the released profile (a daily
     estimate, after the warm-up) says so, hour by hour, and the alarm's threshold is higher by
     day than by night."""
-    from monitor.alarm import BaselineTracker
-    from monitor.alarm.baseline import profile_load
     rng = np.random.default_rng(1)
     t = BaselineTracker(0.5, 0.5, 300, 3600, 86400, release_kappa=True, profile_bins=24, rng=2)
     day_rate = lambda w: 0.06 if 96 <= (w % 288) < 240 else 0.02  # 08:00 to 20:00 by day
@@ -219,14 +224,7 @@ def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path, v
     """A warm-up over a few devices, then the fleet: the first released report's event count
     (public) is far from the baseline's, the record says so, and a new estimate follows one
     warm-up span later instead of a day later, with the fleet's traffic."""
-    import json
 
-    from monitor.budget import BudgetAccountant, WindowLedger
-    from monitor.config import parse_config
-    from monitor.data.traffic import Traffic
-    from monitor.data.vitals import VITAL_FEATURES
-    from monitor.release import WindowReleaser
-    from monitor.stream.windows import ClosedWindow
 
     config = parse_config({
         "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
@@ -261,10 +259,6 @@ def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour
     """`monitor budget`'s sentence (the plan's visibility report): the alarm follows the rhythm,
     and it sees a smaller surge share at the busiest hour of the released profile than at
     the quietest (more events per window)."""
-    from monitor.budget.plan import visibility_report
-    from monitor.config import parse_config
-    from monitor.data.vitals import VITAL_FEATURES
-
     model = vitals_model
     config = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES]})
     profile = [0.5] * 12 + [1.5] * 12
