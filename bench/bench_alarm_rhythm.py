@@ -126,11 +126,14 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
         states, n, F, R, W = [], [], [], [], []
         for i in range(traffic.n_windows):
             X, entities, _ = traffic.window(i, surges)
+            # Scored here, not read back from the releaser's last call: a page's report scores
+            # other rows too (the model's synthetic sample) after the window's.
+            scores = model.score_samples(X)
             window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
             rec = json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
             states.append(rec["alarm_detail"]["state"])
             n.append(X.shape[0])
-            F.append((model.last[:, None] > levels[None, :]).sum(axis=0))
+            F.append((scores[:, None] > levels[None, :]).sum(axis=0))
             R.append(traffic.expected(i, pool_flags))
             W.append(float(traffic.expected(i, pool_weight)))
         spent = [accountant.spent((d + 1) * wpd * size)[0] for d in range(traffic.days)]
