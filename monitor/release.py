@@ -132,6 +132,11 @@ class WindowReleaser:
         for kind in ("alarm_run", "alarm_page"):
             for charge_id, *_ in self.ledger.span_charges(kind, after=last.window_end):
                 self.ledger.end_charge(charge_id, last.window_end)
+        if self.report_history is not None:  # the scheduled reports published within its span
+            for entry in self.ledger.entries(since=last.window_end - self.report_history.span_seconds):
+                report = json.loads(entry.payload).get("report") if entry.payload else None
+                if report and report.get("reason") == "schedule" and report.get("where"):
+                    self.report_history.add(entry.window_end, report)
         for entry in reversed(self.ledger.entries(since=last.window_end - self.config.alarm.baseline_refresh_seconds * 2)):
             if entry.payload is None:
                 continue

@@ -501,3 +501,42 @@ def test_scheduled_reports_normal_comes_from_the_reports_already_published(tmp_p
     first = early["where"]["parts"][0]
     held = sum(p["flagged_count"]["value"] for r in past for p in r["where"]["parts"] if p["grid"] == first["grid"])
     assert first["normal"] != pytest.approx(held / sum(r["event_count"]["value"] for r in past) * early["event_count"]["value"])
+
+
+def test_a_restarted_releaser_reads_the_published_reports_back(tmp_path):
+    # After a restart the normal parts come from the same published reports: the ledger's.
+    import json
+
+    from monitor.budget import BudgetAccountant, WindowLedger
+    from monitor.data.traffic import Traffic
+    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
+    from monitor.model import GridKNN
+    from monitor.release import WindowReleaser
+    from monitor.stream.windows import ClosedWindow
+
+    _, ref, _ = simulate_vitals(3000, rng=5)
+    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
+                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(ref)
+    config = parse_config({
+        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+        "stream": {"entity_field": "device_id"}, "window": {"size_seconds": 300},
+        "alarm": {"baseline_warmup_seconds": 3600}, "report": {"every_seconds": 300},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 1000.0, "accountant": "basic"},
+    })
+    b = config.budget
+    ledger = WindowLedger(b.ledger)
+
+    def releaser():
+        return WindowReleaser(config, BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant), model,
+                              rng=4)
+
+    rel = releaser()
+    traffic = Traffic(people=300, days=1, seed=2)
+    for i in range(13):
+        X, ents, _ = traffic.window(i, [])
+        rel.release(ClosedWindow(i * 300.0, (i + 1) * 300.0, X, np.zeros(0, bool), (), tuple(ents)), released_at=(i + 1) * 300.0)
+    again = releaser()
+    assert again.report_history.normal(13 * 300.0) is not None
+    for got, want in zip(again.report_history.normal(13 * 300.0), rel.report_history.normal(13 * 300.0)):
+        assert np.allclose(got, want)
+    assert json.loads(ledger.get(12 * 300.0).payload)["report"]["reason"] == "schedule"
