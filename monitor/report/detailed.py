@@ -66,7 +66,8 @@ def release_report(
         scale across grids (higher = more unusual); the grids' names, and (optional) each
         grid's feature indices. With G > 1 the report's ``where`` counts the flagged events
         by the part (one-feature grid when the layout has at least two, else grid) that
-        finds each most unusual, and names the parts that rise above normal traffic.
+        finds each most unusual, and names the parts whose excess over normal traffic
+        stands out for all parts at once (``simultaneous_low``).
     normal_share, normal_parts:
         Public: the share of normal events the alarm flags (its released baseline rate, or
         its calibrated contamination), and how normal traffic's flagged events spread over
@@ -213,8 +214,8 @@ def _where(cands: list[int], parts: list[Release], shares: np.ndarray, events: R
     total's own excess over normal.
 
     The published excess is floored at 0 with a conservative 95 % half-width (the two
-    half-widths added, and ``normal_error`` x the normal when the normal parts are only a
-    guess). A part stands out when the low end of its excess's simultaneous interval
+    half-widths added, and how far a guessed normal may lie above the guess: ``normal_error``
+    of it, at most the whole normal weight). A part stands out when the low end of its excess's simultaneous interval
     (``simultaneous_low``, on the counts as drawn, ``raw``) is above 0; parts are ranked by
     that low end, so the first is the clearest.
     """
