@@ -271,3 +271,54 @@ def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour
     off = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
                         "alarm": {"follow_rhythm": False}})
     assert "rhythm" not in visibility_report(off, {"baseline_in_use": base}, model=model)["summary"]
+
+
+def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge():
+    """Exact privacy loss (discrete Laplace noises summed over exactly) of every outcome of a
+    run answering rhythm-mode windows, between a stream and the same stream without one
+    adversarial person: heavy through yesterday's hour and the last hour, absent now, then
+    heavy again. Within epsilon_threshold + epsilon_page for every first-page outcome, while
+    the clip binds (unclipped, the person would move the statistic beyond the run's interval).
+    A resolution of 64 units keeps the exact sums small; the run's noise is sized as
+    ``SurgeAlarm.open_run`` sizes it (one interval, no drift)."""
+    from test_alarm_graded import _log_prob
+
+    res, eps_t, eps_p = 64, 0.5, 1.0
+    m, top = 3, 6  # tau = 0.05 and the top of its band of width 0.1, in 1 / 64
+    slack = RhythmReference(300, resolution=res).slack_units
+    width = res + top + slack
+    crowd = [f"c{i}" for i in range(20)]
+    heavy = [j < 16 or j in (17, 18) for j in range(22)]
+    present = [j not in (16, 19, 20, 21) for j in range(22)]
+    stats = {}
+    for case, low in (("with", top + slack), ("without", top + slack), ("too wide", 3 * res)):
+        ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=2400, resolution=res)
+        rng = np.random.default_rng(7)
+        stats[case] = []
+        for j in range(22):
+            ents, units = list(crowd), list((rng.random(20) < 0.1) * res)
+            if case != "without" and present[j]:
+                ents.append("p")
+                units.append(res if heavy[j] else 0)
+            units = np.array(units, dtype=np.int64)
+            if j >= 16:
+                c = ref.compare(j, units, tuple(ents), m, low)
+                assert c.mode == "rhythm"
+                stats[case].append(c.statistic)
+            ref.learn_one(j, units, tuple(ents), paged=False)
+    T = int(np.median(stats["without"]))
+
+    def outcome(statistics, first_page):
+        groups = [(q - T, False, 1) for q in statistics[:first_page]]
+        return groups + ([(statistics[first_page] - T, True, 1)] if first_page < len(statistics) else [])
+
+    def loss(case):
+        return max(abs(_log_prob(outcome(stats[case], k), width / eps_t, width / eps_p)
+                       - _log_prob(outcome(stats["without"], k), width / eps_t, width / eps_p))
+                   for k in range(len(stats["without"]) + 1))
+
+    moves = np.array(stats["with"]) - np.array(stats["without"])
+    assert moves.min() == -(top + slack)  # the clip binds: the person's term sits at the interval's low end
+    assert loss("with") <= eps_t + eps_p + 1e-9
+    # Unclipped, the same person would move the statistic beyond the interval the noise covers.
+    assert (np.array(stats["too wide"]) - np.array(stats["without"])).min() < -(top + slack)
