@@ -56,7 +56,8 @@ from monitor.model import GridKNN  # noqa: E402
 from monitor.alarm import RESOLUTION  # noqa: E402
 from monitor.alarm.calibrate import alarm_levels, weight_units  # noqa: E402
 sys.path.insert(0, str(REPO / "bench"))
-from monitor.report import candidate_parts, grid_unusual, normal_part_shares, part_counts, release_report  # noqa: E402
+from monitor.report import (  # noqa: E402
+    candidate_parts, grid_unusual, normal_part_shares, part_counts, release_report, released_parts_scale)
 
 PEOPLE, SHARE = 1500, 0.05
 DATASETS = ("2_annthyroid", "23_mammography", "29_Pima")
@@ -93,9 +94,10 @@ class Source:
         """The alarm's graded weights, in integer units."""
         return weight_units(self.model.score_samples(X), self.level_lo, self.level_hi, RESOLUTION)
 
-    def normal_where(self, traffic, cfg, rng) -> tuple[float, np.ndarray]:
-        """A daily baseline's view of normal traffic: the mean weight of a quiet day, and its
-        weight per part with the baseline's Laplace noise (sensitivity: the flag cap)."""
+    def normal_where(self, traffic, cfg, rng) -> tuple[float, np.ndarray, float]:
+        """A daily baseline's view of normal traffic: the mean weight of a quiet day, its
+        weight per part with the baseline's Laplace noise (sensitivity: the flag cap), and that
+        noise's scale as the report counts it (``released_parts_scale``)."""
         weight, events = 0.0, 0
         parts = np.zeros(len(self.parts))
         for i in range(traffic.windows_per_day):
@@ -107,7 +109,9 @@ class Source:
             if on.any():
                 parts += part_counts(u[on] / RESOLUTION, grid_unusual(self.model, X[on], self.grid_thresholds), self.parts)
         noisy = np.maximum(parts + rng.laplace(0.0, cfg.alarm.baseline_flag_cap / cfg.report.epsilon_normal_parts, parts.size), 0)
-        return weight / events, noisy / noisy.sum()
+        scale = released_parts_scale(cfg.alarm.baseline_flag_cap, cfg.report.epsilon_normal_parts, weight / events,
+                                     events / traffic.windows_per_day, traffic.windows_per_day)
+        return weight / events, noisy / noisy.sum(), scale
 
 
 def vitals_source(cfg, seed: int) -> Source:
@@ -142,7 +146,7 @@ def run_source(src: Source, kinds, cfg, seeds: int, surges: int, log) -> dict:
         for seed in range(seeds):
             traffic = src.traffic_for(seed)
             stats = traffic.stats
-            share, normal_parts = src.normal_where(traffic, cfg, np.random.default_rng([seed, 28]))
+            share, normal_parts, parts_scale = src.normal_where(traffic, cfg, np.random.default_rng([seed, 28]))
             for s in range(surges):
                 i = 12 * s + 6  # one surge window in every hour of the day (the traffic's swing)
                 surge = Surge(i, 1, SHARE, kind, None, seed * 1000 + s)
@@ -159,7 +163,8 @@ def run_source(src: Source, kinds, cfg, seeds: int, surges: int, log) -> dict:
                 rec = release_report(scale_to_unit(X, src.bounds), units, cfg.report, src.names,
                                      rng=np.random.default_rng([seed, s, 28]), grid_unusual=U, grid_names=src.grid_names,
                                      grid_features=src.grid_features, normal_share=share,
-                                     normal_parts=normal_parts, reason="alarm", resolution=RESOLUTION)
+                                     normal_parts=normal_parts, reason="alarm", resolution=RESOLUTION,
+                                     normal_parts_scale=parts_scale)
                 named = {src.names.index(f) for f in rec["where"]["features"]} if rec["where"] else set()
                 excess_true = units.sum() / RESOLUTION - share * X.shape[0]
                 rows.append(_check(rec, named, truth, excess_true, cfg))
@@ -541,7 +546,7 @@ def _markdown(results, cfg, args, elapsed: float) -> str:
         "",
         f"Example headlines: " + "; ".join(f"\"{r['headline']}\"" for r in total[:: max(1, len(total) // 3)][:3]),
         "",
-        f"Reproduce: `python bench/bench_report.py --seeds {args.seeds} --surges {args.surges} --pages-days {args.pages_days}"
+        f"Reproduce: `OMP_NUM_THREADS=1 python bench/bench_report.py --seeds {args.seeds} --surges {args.surges} --pages-days {args.pages_days}"
         " --write` "
         f"({elapsed:.0f} s on one core).",
     ]
