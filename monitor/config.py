@@ -182,7 +182,8 @@ class AlarmSettings(_Strict):
         12, ge=2, le=288, description="Windows in the rhythm reference's recent level (12 x 5 minutes: the last hour)."
     )
     seasonal_windows: int = Field(
-        13, ge=1, le=287, description="Windows around the same hour one day earlier in the rhythm reference (odd: centred)."
+        5, ge=1, le=287, description="Windows around the same hour on each of the last two days in the rhythm reference (odd: "
+        "centred). Few, so that a ramp's kink a day ago is not smeared into today's prediction."
     )
     rhythm_slack: float = Field(
         0.5, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "

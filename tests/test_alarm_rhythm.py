@@ -47,10 +47,10 @@ def _without(window, person):
     return tuple(ents[i] for i in keep), units[keep]
 
 
-def _statistic(history, index, now, m, paged=(), **kw):
+def _statistic(history, index, now, m, **kw):
     ref = RhythmReference(window_seconds=300, period_seconds=300 * 8, **kw)
     for j, (ents, units) in enumerate(history):
-        ref.learn_one(j, units, ents, paged=j in paged)
+        ref.learn_one(j, units, ents)
     return ref.compare(index, now[1], now[0], m, m + ref.slack_units)
 
 
@@ -59,19 +59,18 @@ def _statistic(history, index, now, m, paged=(), **kw):
 def test_one_person_moves_the_statistic_within_its_interval(seed, m):
     """Removing one person (all of their events, in every window) moves the statistic by an
     integer in the run's interval [-(m + slack), R]: heavy people, partial weights, absences,
-    paged windows, and every mode."""
+    and every mode."""
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
     slack = RhythmReference(300, **kw).slack_units
     history = _history(rng, 12, 22, heavy=(0, 3))
     now = _history(rng, 12, 1, heavy=(0,))[0]
-    paged = {int(rng.integers(0, 22)), int(rng.integers(0, 22))}
     modes = set()
     for index in (1, 6, 14, 22):  # baseline, recent, rhythm over one day and two (a period of 8 windows)
-        full = _statistic(history[:index], index, now, m, paged=paged, **kw)
+        full = _statistic(history[:index], index, now, m, **kw)
         modes.add(full.mode)
         for person in [f"p{p}" for p in range(12)]:
-            less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, paged=paged, **kw)
+            less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, **kw)
             assert less.mode == full.mode  # the mode is the calendar's, not the data's
             move = full.statistic - less.statistic
             assert isinstance(move, int)
@@ -88,8 +87,8 @@ def test_events_without_an_entity_are_their_own_units():
     anon = RhythmReference(300, period_seconds=2400, **kw)
     named = RhythmReference(300, period_seconds=2400, **kw)
     for j, u in enumerate(windows):
-        anon.learn_one(j, u, (), paged=False)
-        named.learn_one(j, u, tuple(f"w{j}e{i}" for i in range(u.size)), paged=False)
+        anon.learn_one(j, u, ())
+        named.learn_one(j, u, tuple(f"w{j}e{i}" for i in range(u.size)))
     now = np.array(rng.integers(0, R + 1, size=9))
     a = anon.compare(14, now, (), m=300, low_units=1324)
     b = named.compare(14, now, tuple(f"now{i}" for i in range(now.size)), m=300, low_units=1324)
@@ -97,25 +96,24 @@ def test_events_without_an_entity_are_their_own_units():
     assert abs(a.statistic - b.statistic) <= 40  # rounding per unit against rounding once
 
 
-def test_modes_need_history_and_skip_yesterdays_pages():
-    """Without enough history the reference falls back to the daily rate; today's paged
-    windows still count (a lasting change is learnt), yesterday's are left out."""
+def test_modes_need_history_and_a_lasting_change_is_learnt():
+    """Without enough history the reference falls back to the daily rate; a person's new
+    level is their normal within the hour, and yesterday's shape at this hour moves today's
+    prediction."""
     ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=2400)
-    ref.learn_one(0, np.array([R]), ("a",), paged=True)
+    ref.learn_one(0, np.array([R]), ("a",))
     assert ref.compare(1, np.array([0]), ("a",), 0, 2048).mode == "baseline"  # 1 window of 4: too few
     for j in range(1, 4):
-        ref.learn_one(j, np.array([R]), ("a",), paged=True)
+        ref.learn_one(j, np.array([R]), ("a",))
     assert ref.compare(4, np.array([R]), ("a",), 0, 2048).statistic == 0  # a's full weight is its new normal
-    for paged in (True, False):
-        ref = RhythmReference(300, recent_windows=4, seasonal_windows=5, period_seconds=2400)
-        for j in range(17):
-            heavy = j in (8, 9)  # a page (or, the second time, two unpaged heavy windows) yesterday
-            ref.learn_one(j, np.array([R if heavy else 0]), ("a",), paged=paged and heavy)
-        c = ref.compare(17, np.array([0]), ("a",), 0, 2048)
-        assert c.mode == "rhythm"
-        # Yesterday's same hour is windows 7..11: with its pages left out a's prediction is 0;
-        # counted, it is 2R / 5 minus the R / 4 of the hour before it.
-        assert c.statistic == (0 if paged else -round(2 * R / 5 - R / 4))
+    ref = RhythmReference(300, recent_windows=4, seasonal_windows=5, period_seconds=2400)
+    for j in range(17):
+        ref.learn_one(j, np.array([R if j in (8, 9) else 0]), ("a",))  # heavy yesterday around this hour
+    c = ref.compare(17, np.array([0]), ("a",), 0, 2048)
+    assert c.mode == "rhythm"
+    # Yesterday's hour is windows 7..11 (2 R / 5) and the hour before it 5..8 (R / 4): a light
+    # window now is below a's prediction by their difference.
+    assert c.statistic == -round(2 * R / 5 - R / 4)
 
 
 def test_follows_a_daily_rhythm_the_daily_rate_misses():
@@ -135,7 +133,7 @@ def test_follows_a_daily_rhythm_the_daily_rate_misses():
             assert c.mode == "rhythm"
             against.append(c.statistic / R)
             plain.append(float(units.sum() - tau_units * people) / R)
-        ref.learn_one(j, units, ents, paged=False)
+        ref.learn_one(j, units, ents)
     spread = np.sqrt(people * rates.mean())
     assert abs(np.mean(against)) < 0.5 * spread
     assert np.std(against) < 1.6 * spread
@@ -305,7 +303,7 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge():
                 c = ref.compare(j, units, tuple(ents), m, low)
                 assert c.mode == "rhythm"
                 stats[case].append(c.statistic)
-            ref.learn_one(j, units, tuple(ents), paged=False)
+            ref.learn_one(j, units, tuple(ents))
     T = int(np.median(stats["without"]))
 
     def outcome(statistics, first_page):

@@ -3,7 +3,7 @@ yesterday's same hour (the alarm's rhythm-following reference; docs/alarm.md "Rh
 
 Real traffic changes its make-up with the hour, so the share of events any fixed model
 flags moves over the day. Against one daily rate (a_i = f_i - tau n_i) every evening
-looks like a surge. This reference predicts each window from windows already answered,
+looks like a surge. This reference predicts each window from the windows before it,
 person by person, and the alarm's statistic becomes what the window holds beyond that
 prediction.
 
@@ -22,10 +22,13 @@ last hour, moved by how the day's shape rises or falls from that hour to this on
 over the last SEASONAL_DAYS days there are (a surge one day then weighs half as much). Before a day of
 history, the least-squares line through the last ``recent_windows`` windows (TT_i),
 extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
-Windows that paged or held (public answers) are left out of the day-old sets (the last
-answered windows are taken instead), so yesterday's surge is not today's normal; today's
-windows all count, so a lasting change is learnt within the hour rather than paged every
-window after the hold (a surge pages at its onset, once).
+Every window counts, paged or not: a lasting change (a shift that starts, new firmware) is
+learnt within the hour rather than paged every window after the hold, and a daily ramp that
+paged on the first day is tomorrow's normal. Leaving pages out was tried: with the last
+answered windows taken instead, the sets around a ramp reached back into the other regime
+and paged every day at the ramp. The price: a surge at the same hour on the days before
+lowers today's statistic there, by about a quarter of its size for each of the two days
+over 5 windows.
 The statistic is
 
     a_i = sum_u clip(A_ui - B_ui, -L, 1)
@@ -41,8 +44,8 @@ statistic's [-tau, 1 - tau] lies inside it for every tau of the run's band. So e
 of a run moves within one interval, and AboveThreshold's argument (``AboveThreshold``: width
 1 + L, no drift) holds as for the plain statistic, at noise (1 + L) / (1 + TAU_BAND) times
 the plain run's. The three modes share that interval, so a run may move from one to the
-next. The statistic's DATA never changes the mode: how much history there is counts
-answered windows, a public fact.
+next. The statistic's DATA never changes the mode: how much history there is counts the
+windows the monitor released, a public fact.
 
 Why [-L, 1] and not [-L, 1 - tau]: a person weighed fully now whose history is light has
 A - B near 1; clipping those at 1 - tau lowered the statistic by tau per flagged person
@@ -56,7 +59,7 @@ way, so the same interval holds.
 
 >>> ref = RhythmReference(window_seconds=300, recent_windows=2, seasonal_windows=1)
 >>> for i in range(3):
-...     ref.learn_one(i, units=np.array([4096, 0]), entities=("a", "b"), paged=False)
+...     ref.learn_one(i, units=np.array([4096, 0]), entities=("a", "b"))
 >>> c = ref.compare(3, units=np.array([4096, 4096]), entities=("a", "b"), m=0, low_units=2048)
 >>> c.mode, c.statistic   # b is flagged for the first time; a is as usual
 ('recent', 4096)
@@ -96,7 +99,7 @@ class Comparison:
 
 
 def rhythm_variance(recent_windows: int, seasonal_windows: int, days: int = SEASONAL_DAYS) -> float:
-    """1 + the sum of the rhythm mode's squared coefficients, every window answered, with
+    """1 + the sum of the rhythm mode's squared coefficients, every window kept, with
     ``days`` days of history.
 
     >>> round(rhythm_variance(12, 13, 1), 3), round(rhythm_variance(12, 13, 2), 3)
@@ -114,11 +117,13 @@ class RhythmReference:
         The window grid and the rhythm's period (a day); the seasonal mode needs a period
         of a whole number of windows.
     recent_windows:
-        Windows in T_i, the recent level (and in YT_i): the last ones answered without a
-        page. Before a day of history, the trend through them (at least half of them).
+        Windows in T_i, the recent level (and in YT_i). Before a day of history, the trend
+        through them (at least half of them).
     seasonal_windows:
-        Windows in Y_i, centred on the same hour a period earlier (odd; an even number is
-        made odd by one). At least half of them, and all of YT_i, for the rhythm mode.
+        Windows in Y_di, centred on the same hour a period earlier (odd; an even number is
+        made odd by one). Few: a centred mean smears a ramp's kink (a shift change at 10,000
+        people: 13 windows put 1.6 ramp steps, 240 events, into the prediction; 5 put 0.6).
+        At least half of them, and all of YT_di, for a day to count.
     slack:
         How far below -tau a unit's term may go (L = tau + slack, tau the top of the run's
         band). The low end must sit below the busiest hour's share too (tau is the day's):
@@ -131,7 +136,7 @@ class RhythmReference:
         Integer units per event weight.
     """
 
-    def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 13,
+    def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 5,
                  slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.05,
                  resolution: int = RESOLUTION) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
@@ -150,8 +155,8 @@ class RhythmReference:
         # A period of a whole number of windows, longer than what it is compared with.
         self.period = round(ratio) if abs(ratio - round(ratio)) < 1e-9 and round(ratio) > self.recent_windows + self.half_seasonal else None
         self._ids: dict[str, int] = {}
-        # window index -> (unit ids, weight units, paged); arrays are never changed in place.
-        self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
+        # window index -> (unit ids, weight units); arrays are never changed in place.
+        self._windows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @property
     def slack_units(self) -> int:
@@ -160,7 +165,7 @@ class RhythmReference:
 
     @property
     def rhythm_variance(self) -> float:
-        """The rhythm mode's variance factor with every window answered (public)."""
+        """The rhythm mode's variance factor with every window kept (public)."""
         return rhythm_variance(self.recent_windows, 2 * self.half_seasonal + 1)
 
     def window_index(self, window_start: float) -> int:
@@ -168,10 +173,10 @@ class RhythmReference:
         return int(math.floor(window_start / self.window_seconds + 1e-9))
 
     # -- history ----------------------------------------------------------------------
-    def learn_one(self, index: int, units: np.ndarray, entities: Sequence[str | None], paged: bool) -> None:
-        """Remember window ``index`` after it was answered; ``paged``: it paged or held (left out)."""
+    def learn_one(self, index: int, units: np.ndarray, entities: Sequence[str | None]) -> None:
+        """Remember window ``index`` (after it was answered)."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
-        self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
+        self._windows[int(index)] = (self._unit_ids(entities, units.size), units)
         keep_from = int(index) - SEASONAL_DAYS * (self.period or 0) - 4 * self.recent_windows - self.half_seasonal
         for old in [k for k in self._windows if k < keep_from]:
             del self._windows[old]
@@ -193,14 +198,14 @@ class RhythmReference:
 
     def _compact(self) -> None:
         """Renumber the units still in the history (units that left long ago are forgotten)."""
-        alive = sorted({int(u) for ids, _, _ in self._windows.values() for u in ids if u >= 0})
+        alive = sorted({int(u) for ids, _ in self._windows.values() for u in ids if u >= 0})
         new = {old: i for i, old in enumerate(alive)}
         names = {i: e for e, i in self._ids.items()}
         self._ids = {names[old]: i for old, i in new.items()}
         lookup = np.full(max(alive, default=-1) + 2, -1, dtype=np.int64)
         for old, i in new.items():
             lookup[old] = i
-        self._windows = {k: (np.where(ids >= 0, lookup[ids], -1), u, p) for k, (ids, u, p) in self._windows.items()}
+        self._windows = {k: (np.where(ids >= 0, lookup[ids], -1), u) for k, (ids, u) in self._windows.items()}
 
     def __deepcopy__(self, memo: dict) -> "RhythmReference":
         # The releaser snapshots state before each window; the stored arrays are never
@@ -212,41 +217,26 @@ class RhythmReference:
         return out
 
     # -- the comparison ---------------------------------------------------------------
-    def _last(self, before: int, count: int, answered: bool) -> list[int]:
-        """The last ``count`` windows before ``before`` (with ``answered``: only those answered
-        without a page), looking back at most 4 ``count`` windows (public: the calendar and
-        the answers)."""
-        out = []
-        for j in range(before - 1, before - 1 - 4 * count, -1):
-            entry = self._windows.get(j)
-            if entry is not None and not (answered and entry[2]):
-                out.append(j)
-                if len(out) == count:
-                    break
+    def _last(self, before: int, count: int) -> list[int]:
+        """The last ``count`` windows kept before ``before``, looking back at most 4 ``count``
+        windows (public: the calendar and when the monitor ran)."""
+        out = [j for j in range(before - 1, before - 1 - 4 * count, -1) if j in self._windows][:count]
         return out[::-1]
 
     def _day_shape(self, day: int) -> tuple[list[int], list[int]] | None:
         """(the windows around ``day``, the recent windows before it) of a day-old hour, or None
-        when too few were kept. The day's pages are left out, so a surge is not a later day's
-        normal, unless they fill the hour (a change that day saw first, a shift starting)."""
-        hour = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
-        same = [j for j in hour if not self._windows[j][2]]
-        if 2 * len(same) < len(hour):
-            same = hour
-        before = self._last(day, self.recent_windows, answered=True)
-        if len(before) < self.recent_windows:
-            before = self._last(day, self.recent_windows, answered=False)
+        when too few were kept (the monitor was not running)."""
+        same = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
+        before = self._last(day, self.recent_windows)
         if 2 * len(same) < 2 * self.half_seasonal + 1 or len(before) < self.recent_windows:
             return None
         return same, before
 
     def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], np.ndarray]]]:
         """The mode and the prediction's parts, each (windows, their coefficients): public (the
-        calendar and which windows were answered without a page)."""
+        calendar and which windows the monitor released)."""
         if self.period is not None:
-            # Today's windows count whether they paged or not: a lasting change (a new normal)
-            # is learnt within the hour instead of paging every window after the hold.
-            recent = self._last(index, self.recent_windows, answered=False)
+            recent = self._last(index, self.recent_windows)
             shapes = [p for p in (self._day_shape(index - d * self.period) for d in range(1, SEASONAL_DAYS + 1)) if p]
             if len(recent) == self.recent_windows and shapes:
                 # The level now, plus the shape: at this hour minus the hour before, averaged over
@@ -258,7 +248,7 @@ class RhythmReference:
                 return "rhythm", parts
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the recent windows), so a rising hour is not a surge.
-        trend = self._last(index, self.recent_windows, answered=False)
+        trend = self._last(index, self.recent_windows)
         if 2 * len(trend) < self.recent_windows:
             return "baseline", []
         x = np.asarray(trend, dtype=float)
@@ -288,7 +278,7 @@ class RhythmReference:
         pred = np.zeros(n_units)
         for ws, coef in parts:
             for j, c in zip(ws, coef):
-                ids, u, _ = self._windows[j]
+                ids, u = self._windows[j]
                 own = ids < 0
                 if own.any():
                     total += int(np.clip(np.rint(-c * (u[own] - m)), lo, hi).sum())
