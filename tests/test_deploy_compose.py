@@ -4,6 +4,7 @@ Building and running them is left to a machine with an engine (deploy/README.md)
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 from pathlib import Path
@@ -135,6 +136,19 @@ def test_dashboards_have_the_panels_their_readers_need_and_a_sane_layout():
         _check_dashboard(dash, needs)
     kinds = {p["title"]: p["type"] for p in DASH["panels"]}
     assert kinds["Surge alarm state"] == "state-timeline"
+
+
+def test_dashboard_builder_is_the_sdk_build_for_the_grafana_the_stack_runs():
+    # grafana-foundation-sdk ships one build per Grafana version (its panel options and
+    # schema follow that version), ordered by an epoch: only an exact pin selects ours
+    pin = re.search(r'"grafana-foundation-sdk==(\d+![\d.]+)"', (REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pin, "pin grafana-foundation-sdk to one build in pyproject.toml"
+    grafana = pin.group(1).split("!")[1]
+    assert SERVICES["grafana"]["image"] == f"grafana/grafana-oss:{grafana}"
+    assert importlib.metadata.version("grafana-foundation-sdk") == pin.group(1)
+    # the SDK's model defaults hide a state timeline's legend; ours names the states' colours
+    timeline = next(p for p in DASH["panels"] if p["title"] == "Surge alarm state")
+    assert timeline["options"]["legend"]["showLegend"] is True
 
 
 def test_the_analysts_dashboard_reads_no_operational_metric():

@@ -25,14 +25,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from dashboard import CORE_PANELS, OUT as DASHBOARD, PRIVATE_PANELS  # noqa: E402 - a script beside us, not a package
+from dashboard import CORE_PANELS, OUT as DASHBOARD  # noqa: E402 - a script beside us, not a package
 
 from monitor.docs import grafana_to_promql  # noqa: E402
 
 
 # Series the dashboard draws dashed (its byName overrides with a line style).
-DASHED = {o["matcher"]["options"] for p in PRIVATE_PANELS for o in p.overrides
-          if any(prop["id"] == "custom.lineStyle" for prop in o["properties"])}
+DASHED = {o["matcher"]["options"] for p in json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"]
+          for o in p["fieldConfig"]["overrides"] if any(prop["id"] == "custom.lineStyle" for prop in o["properties"])}
 
 
 def api(base: str, path: str, **params) -> dict:
