@@ -266,8 +266,8 @@ class WindowReleaser:
                 self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))
 
-        if self.reference is not None:  # every window, warm-up and pages included
-            self.reference.learn_one(self.reference.window_index(window.start), units, window.entities)
+        if self.reference is not None:  # every window, warm-up included; a page is marked for the day-old sets
+            self.reference.learn_one(self.reference.window_index(window.start), units, window.entities, paged=answer.alarm)
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
         # and still leaves room for the next alarm run and report.reserve_pages pages.

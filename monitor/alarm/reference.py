@@ -22,13 +22,14 @@ last hour, moved by how the day's shape rises or falls from that hour to this on
 over the last SEASONAL_DAYS days there are (a surge one day then weighs half as much). Before a day of
 history, the least-squares line through the last ``recent_windows`` windows (TT_i),
 extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
-Every window counts, paged or not: a lasting change (a shift that starts, new firmware) is
-learnt within the hour rather than paged every window after the hold, and a daily ramp that
-paged on the first day is tomorrow's normal. Leaving pages out was tried: with the last
-answered windows taken instead, the sets around a ramp reached back into the other regime
-and paged every day at the ramp. The price: a surge at the same hour on the days before
-lowers today's statistic there, by about a quarter of its size for each of the two days
-over 5 windows.
+Today's windows all count, paged or not: a lasting change (a shift that starts, new
+firmware) pages once and is learnt within the hour. The day-old sets leave out windows that
+paged or held, so a surge that paged is not a later day's normal, unless those are most of a
+set (a ramp that paged on the first day is the day's shape). Reaching further back for
+unpaged windows instead was tried: around a ramp the sets then reached into the other regime
+and paged at the ramp every day. A surge that did not page at the same hour on the days
+before still lowers today's statistic there (by about a third of its size for each of two
+days with 5 seasonal windows).
 The statistic is
 
     a_i = sum_u clip(A_ui - B_ui, -L, 1)
@@ -155,8 +156,8 @@ class RhythmReference:
         # A period of a whole number of windows, longer than what it is compared with.
         self.period = round(ratio) if abs(ratio - round(ratio)) < 1e-9 and round(ratio) > self.recent_windows + self.half_seasonal else None
         self._ids: dict[str, int] = {}
-        # window index -> (unit ids, weight units); arrays are never changed in place.
-        self._windows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # window index -> (unit ids, weight units, paged); arrays are never changed in place.
+        self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
 
     @property
     def slack_units(self) -> int:
@@ -173,10 +174,10 @@ class RhythmReference:
         return int(math.floor(window_start / self.window_seconds + 1e-9))
 
     # -- history ----------------------------------------------------------------------
-    def learn_one(self, index: int, units: np.ndarray, entities: Sequence[str | None]) -> None:
-        """Remember window ``index`` (after it was answered)."""
+    def learn_one(self, index: int, units: np.ndarray, entities: Sequence[str | None], paged: bool = False) -> None:
+        """Remember window ``index`` after it was answered; ``paged``: it paged or held (public)."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
-        self._windows[int(index)] = (self._unit_ids(entities, units.size), units)
+        self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
         keep_from = int(index) - SEASONAL_DAYS * (self.period or 0) - 4 * self.recent_windows - self.half_seasonal
         for old in [k for k in self._windows if k < keep_from]:
             del self._windows[old]
@@ -198,14 +199,14 @@ class RhythmReference:
 
     def _compact(self) -> None:
         """Renumber the units still in the history (units that left long ago are forgotten)."""
-        alive = sorted({int(u) for ids, _ in self._windows.values() for u in ids if u >= 0})
+        alive = sorted({int(u) for ids, _, _ in self._windows.values() for u in ids if u >= 0})
         new = {old: i for i, old in enumerate(alive)}
         names = {i: e for e, i in self._ids.items()}
         self._ids = {names[old]: i for old, i in new.items()}
         lookup = np.full(max(alive, default=-1) + 2, -1, dtype=np.int64)
         for old, i in new.items():
             lookup[old] = i
-        self._windows = {k: (np.where(ids >= 0, lookup[ids], -1), u) for k, (ids, u) in self._windows.items()}
+        self._windows = {k: (np.where(ids >= 0, lookup[ids], -1), u, p) for k, (ids, u, p) in self._windows.items()}
 
     def __deepcopy__(self, memo: dict) -> "RhythmReference":
         # The releaser snapshots state before each window; the stored arrays are never
@@ -224,13 +225,19 @@ class RhythmReference:
         return out[::-1]
 
     def _day_shape(self, day: int) -> tuple[list[int], list[int]] | None:
-        """(the windows around ``day``, the recent windows before it) of a day-old hour, or None
-        when too few were kept (the monitor was not running)."""
+        """(the windows around ``day``, the hour before them) of a day-old hour, or None when
+        too few were kept (the monitor was not running). Windows that paged or held are left
+        out, so a surge that paged is not a later day's normal; where they are most of a set
+        (a ramp that paged on the first day), the set keeps them: it is the day's shape."""
+        def unpaged(windows: list[int]) -> list[int]:
+            kept = [j for j in windows if not self._windows[j][2]]
+            return kept if 2 * len(kept) >= len(windows) else windows
+
         same = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
-        before = self._last(day, self.recent_windows)
-        if 2 * len(same) < 2 * self.half_seasonal + 1 or len(before) < self.recent_windows:
+        before = [j for j in range(day - self.recent_windows, day) if j in self._windows]
+        if 2 * len(same) < 2 * self.half_seasonal + 1 or 2 * len(before) < self.recent_windows:
             return None
-        return same, before
+        return unpaged(same), unpaged(before)
 
     def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], np.ndarray]]]:
         """The mode and the prediction's parts, each (windows, their coefficients): public (the
@@ -278,7 +285,7 @@ class RhythmReference:
         pred = np.zeros(n_units)
         for ws, coef in parts:
             for j, c in zip(ws, coef):
-                ids, u = self._windows[j]
+                ids, u, _ = self._windows[j]
                 own = ids < 0
                 if own.any():
                     total += int(np.clip(np.rint(-c * (u[own] - m)), lo, hi).sum())
