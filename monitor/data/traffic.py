@@ -55,16 +55,29 @@ class Surge:
 
 def plan_surges(days: int, per_day: int, windows_per_day: int, share: float, windows: int = 3,
                 rng: "int | np.random.Generator | None" = None, kinds: Sequence[str] = ("clustered", "spread"),
-                first: int | None = None) -> list[Surge]:
+                first: int | None = None, anytime: bool = False) -> list[Surge]:
     """``per_day`` surges a day at random, non-overlapping times, of ``kinds`` in turn
     (alternately clustered and spread by default), with at least a day's twelfth between
-    two of them; none before window ``first`` of a day (default: the day's 24th part)."""
+    two of them; none before window ``first`` of a day (default: the day's 24th part).
+
+    The times come from a grid of slots a day's twelfth apart, so with 6 surges a day most of
+    them recur at the hour of one the day before; ``anytime``: at any window instead (still a
+    day's twelfth apart), as independent surges would, for a monitor that learns the day's
+    shape from the days before."""
     rng = np.random.default_rng(rng)
     gap = max(windows + 4, windows_per_day // 12)
-    slots = np.arange(windows_per_day // 24 if first is None else first, windows_per_day - gap, gap)
+    start = windows_per_day // 24 if first is None else first
+    slots = np.arange(start, windows_per_day - gap, gap)
     surges: list[Surge] = []
     for d in range(days):
-        for s in np.sort(rng.choice(slots, size=min(per_day, len(slots)), replace=False)):
+        if anytime:
+            # Spread the same number of starts over the day with random spacing of at least gap.
+            k = min(per_day, len(slots))
+            room = (windows_per_day - gap) - start - (k - 1) * gap
+            starts = np.sort(rng.integers(0, max(room, 1), size=k)) + start + gap * np.arange(k)
+        else:
+            starts = np.sort(rng.choice(slots, size=min(per_day, len(slots)), replace=False))
+        for s in starts:
             kind = kinds[len(surges) % len(kinds)]
             center = random_cluster(rng) if kind == "clustered" else None
             surges.append(Surge(int(d * windows_per_day + s), windows, share, kind, center, int(rng.integers(2**31))))
