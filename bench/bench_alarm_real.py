@@ -142,13 +142,16 @@ def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, 
         states, n, F, thresholds, epsilons = [], [], [], [], []
         for i in range(traffic.n_windows):
             X, entities, _ = traffic.window(i, surges)
+            # Scored here, not read back from the releaser's last call: a page's report scores
+            # other rows too (the model's synthetic sample) after the window's.
+            scores = model.score_samples(X)
             window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
             rec = json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
             states.append(rec["alarm_detail"]["state"])
             thresholds.append(rec["alarm_detail"].get("threshold"))
             epsilons.append(rec["epsilon"])
             n.append(X.shape[0])
-            F.append((model.last[:, None] > levels[None, :]).sum(axis=0))
+            F.append((scores[:, None] > levels[None, :]).sum(axis=0))
         day_spent = accountant.spent(traffic.n_windows * size)[0]
         ledger.close()
     return {"states": states, "n": np.array(n), "F": np.array(F), "spent": day_spent, "thresholds": thresholds,
