@@ -329,11 +329,14 @@ class WindowReleaser:
         that goes on pays its threshold once in every rolling period it touches, where a
         new run at each boundary would put two thresholds in the periods that straddle it.
         Going on is paid like a new run (the periods the span now reaches get the
-        threshold); where the budget cannot pay, the run ends.
+        threshold); where the budget cannot pay, the run ends. It also ends where it could no
+        longer pay a page: its span reaches back into a day whose pages spent the budget, and
+        going on would keep every later window suppressed, where a new run's span starts now.
         """
         a = self.config.alarm
         cost = (a.epsilon_threshold, 0.0)
-        if self.alarm.has_paged or not self._fits(window, cost, kind="alarm_run"):
+        can_page = self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0), "alarm_page")
+        if self.alarm.has_paged or not can_page or not self._fits(window, cost, kind="alarm_run"):
             self.alarm.close_run()  # its charges cover no later window
             return
         self._run_span = (self._run_span[0], _run_end(window.end, a.run_seconds))

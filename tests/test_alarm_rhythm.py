@@ -15,7 +15,7 @@ from monitor.alarm.units import band_around
 from monitor.budget import BudgetAccountant, WindowLedger
 from monitor.budget.plan import visibility_report
 from monitor.config import parse_config
-from monitor.data.traffic import Traffic
+from monitor.data.traffic import Surge, Traffic
 from monitor.data.vitals import VITAL_FEATURES
 from monitor.release import WindowReleaser
 from monitor.stream.windows import ClosedWindow
@@ -320,3 +320,29 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge():
     assert loss("with") <= eps_t + eps_p + 1e-9
     # Unclipped, the same person would move the statistic beyond the interval the noise covers.
     assert (np.array(stats["too wide"]) - np.array(stats["without"])).min() < -(top + slack)
+
+
+def test_a_day_that_spent_the_budget_does_not_silence_the_days_after(tmp_path, vitals_model):
+    """A day of surges spends the budget; the quiet run open at its end could never pay a page
+    again (its span reaches back into that day), so it ends at the next boundary and a new run
+    answers the day after instead of every window staying suppressed."""
+    config = parse_config({
+        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+        "stream": {"entity_field": "device_id"},
+        "window": {"size_seconds": 900},
+        "alarm": {"baseline_warmup_seconds": 3600, "run_seconds": 86400},
+        "report": {"on_alarm": False},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 4.0, "accountant": "basic"},
+    })
+    b = config.budget
+    accountant = BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds, b.accountant)
+    releaser = WindowReleaser(config, accountant, vitals_model, rng=5)
+    traffic = Traffic(people=400, days=3, seed=3, window_seconds=900)
+    surges = [Surge(start=w, windows=1, share=0.3, kind="clustered", center=(84.0, 150.0)) for w in range(8, 96, 6)]
+    states = []
+    for i in range(3 * 96):
+        X, entities, _ = traffic.window(i, surges)
+        w = ClosedWindow(i * 900.0, (i + 1) * 900.0, X, np.zeros(0, bool), (), tuple(entities))
+        states.append(json.loads(releaser.release(w, released_at=(i + 1) * 900.0).entry.payload)["alarm_detail"]["state"])
+    assert "suppressed" in states[:96]  # the first day's pages spent the budget
+    assert {"quiet", "fired"} & set(states[2 * 96:])  # the third day is answered again
