@@ -57,15 +57,20 @@ def late_cause(*, close_time: float, started_at: float | None, read_after_close:
     'the window closed before the monitor started (released from the backlog at the start); a longer window.publish_delay_seconds would not help'
     >>> late_cause(close_time=100.0, started_at=50.0, read_after_close=0.0, release_took=6.5, publish_delay=5)
     'the release took 6.5 s, longer than window.publish_delay_seconds (5 s): raise it'
+    >>> late_cause(close_time=100.0, started_at=50.0, read_after_close=0.25, release_took=0.3, publish_delay=0.5)
+    'its input was read 0.2 s after its close and its release took 0.3 s, together longer than window.publish_delay_seconds (0.5 s): raise it'
     """
     if started_at is not None and close_time < started_at:
         return ("the window closed before the monitor started (released from the backlog at the start); "
                 "a longer window.publish_delay_seconds would not help")
-    if read_after_close >= release_took:
+    if read_after_close >= publish_delay and read_after_close >= release_took:
         return (f"its input was still being read {read_after_close:.1f} s after its close (catching up on a backlog, or a "
                 "slow or rejoining stage 1); a longer window.publish_delay_seconds would not help")
-    return (f"the release took {release_took:.1f} s, longer than window.publish_delay_seconds ({publish_delay:g} s): "
-            "raise it")
+    if release_took >= publish_delay:
+        return (f"the release took {release_took:.1f} s, longer than window.publish_delay_seconds ({publish_delay:g} s): "
+                "raise it")
+    return (f"its input was read {read_after_close:.1f} s after its close and its release took {release_took:.1f} s, "
+            f"together longer than window.publish_delay_seconds ({publish_delay:g} s): raise it")
 
 
 def release_summary(record: dict) -> str:
