@@ -41,7 +41,7 @@ from monitor.config import load_config  # noqa: E402
 from monitor.data.traffic import Traffic, plan_surges  # noqa: E402
 from monitor.model import GridKNN  # noqa: E402
 from monitor.release import WindowReleaser  # noqa: E402
-from monitor.stream.windows import ClosedWindow  # noqa: E402
+from monitor.pipeline.windows import ClosedWindow  # noqa: E402
 
 # (people online, surge share, surges per day); the last one measures quiet days.
 SCENARIOS = [(10_000, 0.01, 6), (1_000, 0.05, 6), (1_000, 0.0, 0)]

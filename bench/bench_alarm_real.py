@@ -48,7 +48,7 @@ from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
 from monitor.model import GridKNN  # noqa: E402
 from monitor.release import WindowReleaser  # noqa: E402
-from monitor.stream.windows import ClosedWindow  # noqa: E402
+from monitor.pipeline.windows import ClosedWindow  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "datasets"
 MIN_ROWS = 3000

@@ -57,7 +57,7 @@ from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.rhythm import Rhythm  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
 from monitor.release import WindowReleaser  # noqa: E402
-from monitor.stream.windows import ClosedWindow  # noqa: E402
+from monitor.pipeline.windows import ClosedWindow  # noqa: E402
 
 SCALES = [(1500, 0.05), (10_000, 0.01)]
 RHYTHMS = ["stationary", "wave 0.25", "wave 0.5", "wave 1.0", "switch 0.5", "weekly 0.5"]

@@ -185,7 +185,7 @@ def run_pages(src: Source, kinds, cfg, days: int, per_day: int, seed: int, log) 
     from monitor.config import parse_config
     from monitor.data.traffic import plan_surges
     from monitor.release import WindowReleaser
-    from monitor.stream.windows import ClosedWindow
+    from monitor.pipeline.windows import ClosedWindow
 
     out = {}
     for kind in kinds:
@@ -336,7 +336,7 @@ def run_stream(name: str, base, seed: int, days: int) -> list[dict]:
     from monitor.budget import BudgetAccountant, WindowLedger
     from monitor.data.traffic import plan_surges
     from monitor.release import WindowReleaser
-    from monitor.stream.windows import ClosedWindow
+    from monitor.pipeline.windows import ClosedWindow
 
     config, model, traffic, kinds = stream_source(name, base, seed, days)
     size = config.window.size_seconds

@@ -4,7 +4,7 @@ One run, one embedded broker, one topic:
 
 1. produce N JSON events (3 partitions) with event times in the current window;
 2. time a bare kafka-python ``KafkaConsumer`` reading the whole topic and json-decoding
-   each record (same client settings as the service: ``monitor.stream.clients.client_settings``);
+   each record (same client settings as the service: ``monitor.pipeline.clients.client_settings``);
 3. time the service processing the whole topic (validate, score, bound one event per
    entity per window, window), alternating with 2. for ``--rounds`` rounds, the order of
    the two swapped every round; with ``--confluent`` also a bare confluent-kafka consumer
@@ -44,9 +44,9 @@ import orjson
 import yaml
 
 from monitor.config import parse_config
-from monitor.stream.broker import EmbeddedBroker
-from monitor.stream.clients import MAX_POLL_RECORDS, make_consumer, make_producer
-from monitor.stream.service import MonitorService
+from monitor.pipeline.broker import EmbeddedBroker
+from monitor.pipeline.clients import MAX_POLL_RECORDS, make_consumer, make_producer
+from monitor.pipeline.service import MonitorService
 
 FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}, {"name": "temp", "min": 34, "max": 42}]
 GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
@@ -115,7 +115,7 @@ def bare_confluent_rate(bootstrap: str, topic: str, n: int) -> tuple[float, floa
     librdkafka settings (``CONFLUENT_DEFAULTS``)."""
     from confluent_kafka import Consumer
 
-    from monitor.stream.confluent_input import CONFLUENT_DEFAULTS
+    from monitor.pipeline.confluent_input import CONFLUENT_DEFAULTS
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bare-ck-{time.time_ns()}", **CONFLUENT_DEFAULTS,
                   "session.timeout.ms": 2000, "heartbeat.interval.ms": 500})
@@ -409,7 +409,7 @@ def main() -> None:
         f"--windows {args.windows} --per-window {args.per_window} --window-size {args.window_size} "
         f"--rounds {args.rounds}{' --confluent' if args.confluent else ''} --write` "
         f"(embedded Tansu broker; kafka-python 3.0 with the {crc} for every kafka-python reader; the same "
-        "consumer settings (`monitor.stream.clients.client_settings`) for the bare consumer and the service; "
+        "consumer settings (`monitor.pipeline.clients.client_settings`) for the bare consumer and the service; "
         "rates from the first record to the last, group join excluded). "
         f"Each of {args.rounds} rounds runs every reader once over the same {args.events:,} events, in the "
         "opposite order the next round. A ratio is taken between the two runs of one round (adjacent in "

@@ -4,7 +4,7 @@
     python -m monitor.docs --check    # exit 1 if they are stale (the tests call this)
 
 The configuration reference comes from the pydantic model (monitor/config.py), the
-metrics reference from the service's registry (monitor/stream/metrics.py) plus where
+metrics reference from the service's registry (monitor/pipeline/metrics.py) plus where
 each metric is used in deploy/ (dashboard and alert rules), so neither can drift from
 the code. This module also offers the helpers the deploy tests share: every PromQL
 expression of the dashboard and the rules, and the metric names inside them.
@@ -148,7 +148,7 @@ def registry_families() -> list[tuple[str, str, str, list[str]]]:
     in the order metrics.py declares them (releases, schedule, budget, operations)."""
     from prometheus_client.metrics import MetricWrapperBase
 
-    from monitor.stream.metrics import MonitorMetrics
+    from monitor.pipeline.metrics import MonitorMetrics
 
     out = []
     for metric in vars(MonitorMetrics()).values():
@@ -250,7 +250,7 @@ def metrics_reference() -> str:
         "# Metrics reference",
         "",
         "Served on `http://<metrics.host>:<metrics.port>/metrics` (default 127.0.0.1:9108).",
-        "Generated from `monitor/stream/metrics.py` and `deploy/` by `python -m monitor.docs`.",
+        "Generated from `monitor/pipeline/metrics.py` and `deploy/` by `python -m monitor.docs`.",
         "Only **DP release** values are covered by the privacy guarantee; *public schedule*,",
         "*data-independent* and *config* values reveal nothing about the events; the",
         "**NOT private** ones are operational counters for the people who run the monitor.",

@@ -37,7 +37,7 @@ from monitor.dp import noise_source
 from monitor.features import scale_to_unit
 from monitor.report import (ReportHistory, candidate_parts, grid_unusual, normal_part_shares, part_of, release_report,
                             released_parts_scale)
-from monitor.stream.windows import ClosedWindow
+from monitor.pipeline.windows import ClosedWindow
 
 __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
 

@@ -37,7 +37,7 @@ def kafka_bootstrap():
         with KafkaContainer() as kafka:
             yield kafka.get_bootstrap_server()
         return
-    from monitor.stream.broker import EmbeddedBroker
+    from monitor.pipeline.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         yield broker.bootstrap_servers
@@ -46,7 +46,7 @@ def kafka_bootstrap():
 @pytest.fixture
 def fresh_broker():
     """A broker of one's own, for tests that kill or restart it."""
-    from monitor.stream.broker import EmbeddedBroker
+    from monitor.pipeline.broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         yield broker

@@ -36,7 +36,7 @@ def exported(which: str) -> set[str]:
     """Series names the service's `registry` ("private") or `operational` registry serves."""
     from prometheus_client import generate_latest
 
-    from monitor.stream.metrics import MonitorMetrics
+    from monitor.pipeline.metrics import MonitorMetrics
 
     m = MonitorMetrics()
     return docs.exported_names(generate_latest(m.registry if which == "private" else m.operational).decode())

@@ -1,6 +1,6 @@
 """Test support for the end-to-end stream tests (crash, fuzz, broker restart).
 
-Real processes only: a Tansu broker (``monitor.stream.broker.EmbeddedBroker``), the
+Real processes only: a Tansu broker (``monitor.pipeline.broker.EmbeddedBroker``), the
 service started as ``python -m monitor run`` and killed with SIGKILL, an optional s3rver
 (npm) behind Tansu's durable ``s3://`` storage, real SQLite ledgers and audit files.
 
@@ -44,7 +44,7 @@ FEATURES = [
 ]
 
 # Fast consumer-group settings on Tansu (INFRA.md): join in about 1 s.
-from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP  # the test brokers are Tansu too
+from monitor.pipeline.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP  # the test brokers are Tansu too
 
 # Tansu 0.6.0 on s3:// storage answers an idempotent producer with
 # OutOfOrderSequenceNumber as soon as another producer writes concurrently (measured:
@@ -59,7 +59,7 @@ DURABLE_BROKER_KAFKA = {"enable_idempotence": False}
 def require_service() -> None:
     """Skip the calling test unless the service, the ledger and the model exist."""
     for module, attr in [
-        ("monitor.stream.service", "MonitorService"),
+        ("monitor.pipeline.service", "MonitorService"),
         ("monitor.stream.cli", "configure_run"),
         ("monitor.budget", "WindowLedger"),
         ("monitor.model", "GridKNN"),
@@ -805,7 +805,7 @@ class S3Server:
     """An s3rver process on 127.0.0.1 with the bucket ``tansu``; data in ``directory``."""
 
     def __init__(self, directory: Path, bucket: str = "tansu") -> None:
-        from monitor.stream.broker import free_port
+        from monitor.pipeline.broker import free_port
 
         self.directory, self.bucket = directory, bucket
         self.port = free_port()

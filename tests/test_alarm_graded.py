@@ -218,7 +218,7 @@ def test_the_releaser_announces_a_baseline_from_too_little_traffic(tmp_path):
     from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
     from monitor.model import GridKNN
     from monitor.release import WindowReleaser
-    from monitor.stream.windows import ClosedWindow
+    from monitor.pipeline.windows import ClosedWindow
     import json
 
     cfg = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],

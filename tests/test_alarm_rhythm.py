@@ -18,7 +18,7 @@ from monitor.config import parse_config
 from monitor.data.traffic import Surge, Traffic
 from monitor.data.vitals import VITAL_FEATURES
 from monitor.release import WindowReleaser
-from monitor.stream.windows import ClosedWindow
+from monitor.pipeline.windows import ClosedWindow
 
 R = RESOLUTION
 

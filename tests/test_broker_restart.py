@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from monitor.stream.broker import EmbeddedBroker
+from monitor.pipeline.broker import EmbeddedBroker
 from streamkit import (
     DURABLE_BROKER_KAFKA,
     EventPacer,

@@ -123,7 +123,7 @@ def test_the_releaser_under_pld_publishes_what_it_publishes_under_basic(tmp_path
     from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
     from monitor.model import GridKNN
     from monitor.release import WindowReleaser
-    from monitor.stream.windows import ClosedWindow
+    from monitor.pipeline.windows import ClosedWindow
 
     _, X, _ = simulate_vitals(3000, rng=5)
     model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,

@@ -55,7 +55,7 @@ def test_privacy_page_quotes_the_shipped_epsilon_top_count():
 def test_readme_producer_snippet_reaches_the_embedded_broker_as_written():
     """The snippet said localhost:9092 while the embedded broker took a random port."""
     from monitor.docs import current_block
-    from monitor.stream.broker import DEFAULT_EMBEDDED_PORT
+    from monitor.pipeline.broker import DEFAULT_EMBEDDED_PORT
 
     own = current_block("own-topic", REPO / "README.md")
     snippet = re.search(r'KafkaProducer\(bootstrap_servers="([^"]+)"', own).group(1)

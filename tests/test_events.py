@@ -7,7 +7,7 @@ import json
 import pytest
 
 from monitor.config import MonitorConfig
-from monitor.stream.events import DEAD_LETTER_REASONS, EventSchema, InvalidEvent, parse_timestamp
+from monitor.pipeline.events import DEAD_LETTER_REASONS, EventSchema, InvalidEvent, parse_timestamp
 
 
 @pytest.fixture

@@ -308,8 +308,8 @@ def test_budget_json_into_a_closed_pipe_is_quiet(workdir):
 def test_catch_up_after_downtime_is_capped_by_config_and_zero_on_the_embedded_broker(tmp_path):
     from monitor.budget.ledger import WindowLedger
     from monitor.config import MonitorConfig
-    from monitor.stream.metrics import MonitorMetrics
-    from monitor.stream.startup import skip_missed_windows
+    from monitor.pipeline.metrics import MonitorMetrics
+    from monitor.pipeline.startup import skip_missed_windows
 
     cfg = MonitorConfig.model_validate({"features": [{"name": "hr", "min": 30, "max": 220}],
                                         "window": {"size_seconds": 10, "allowed_lateness_seconds": 2,
@@ -456,7 +456,7 @@ def test_an_iso_timestamp_in_the_future_is_logged_with_its_cause(workdir, kafka_
 
 def test_a_publication_at_its_scheduled_time_is_not_called_late():
     """`published 0.0 s after its scheduled time ... raise it` was logged for a publication on time."""
-    from monitor.stream.publisher import LATE_TOLERANCE_S, late_by
+    from monitor.pipeline.publisher import LATE_TOLERANCE_S, late_by
 
     due = 1_763_700_005.0
     assert late_by(due, due) is None and late_by(due, due + 0.04) is None and late_by(due, due - 3) is None
@@ -560,7 +560,7 @@ def test_a_producer_through_a_restart_of_the_embedded_broker_as_the_readme_says(
 
     from kafka import KafkaProducer
 
-    from monitor.stream.broker import free_port
+    from monitor.pipeline.broker import free_port
 
     port = free_port()
     set_key(workdir / "config.yaml", "stream", "embedded_broker_port", port)

@@ -24,7 +24,7 @@ from monitor.data.traffic import Surge, Traffic
 from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
 from monitor.model import GridKNN
 from monitor.release import WindowReleaser
-from monitor.stream.windows import ClosedWindow
+from monitor.pipeline.windows import ClosedWindow
 
 # A cheap threshold and dear pages: the threshold noise is then wide against the queries
 # and the exact loss of "quiet, quiet, ..., page" comes close to its worst case, so a

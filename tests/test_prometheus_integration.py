@@ -58,7 +58,7 @@ def _unavailable() -> str | None:
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         return "prometheus/promtool not installed (Debian package `prometheus`; .ci/run installs it)"
     try:
-        importlib.import_module("monitor.stream.service")
+        importlib.import_module("monitor.pipeline.service")
         importlib.import_module("monitor.release").WindowReleaser  # noqa: B018
     except (ImportError, AttributeError) as err:
         return f"the monitor service is not available yet: {err}"
@@ -172,7 +172,7 @@ class _ClusteredProducer(threading.Thread):
 def stack(kafka_bootstrap, tmp_path_factory):
     from monitor.config import parse_config
     from monitor.model import GridKNN
-    from monitor.stream.broker import free_port
+    from monitor.pipeline.broker import free_port
 
     tmp = tmp_path_factory.mktemp("prom-stack")
     metrics_port, ops_port, prom_port = free_port(), free_port(), free_port()

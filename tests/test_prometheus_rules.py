@@ -140,7 +140,7 @@ def test_scrape_jobs_split_the_trust_boundary():
 
 
 def test_every_metric_in_dashboards_and_rules_is_exported_on_its_side():
-    """A renamed metric in monitor/stream/metrics.py breaks this test, not production; an
+    """A renamed metric in monitor/pipeline/metrics.py breaks this test, not production; an
     operational metric on the analysts' dashboard (or the reverse) breaks it too."""
     for path, side in ((docs.DASHBOARD, "private"), (OPERATIONAL_DASHBOARD, "operational")):
         names = exported(side)

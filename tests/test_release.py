@@ -18,7 +18,7 @@ from monitor.dp import laplace_count
 from monitor.model import GridKNN
 from monitor.outliers import candidate_subspaces, global_sensitivity_bound, private_count
 from monitor.release import WindowReleaser, release_report
-from monitor.stream.windows import ClosedWindow
+from monitor.pipeline.windows import ClosedWindow
 
 NAMES = ["hr", "spo2", "temp"]
 MECHANISMS = {"laplace_global", "laplace_smooth", "gaussian_smooth", "student_t_smooth_snapped"}

@@ -472,7 +472,7 @@ def test_scheduled_reports_normal_comes_from_the_reports_already_published(tmp_p
     from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
     from monitor.model import GridKNN
     from monitor.release import WindowReleaser
-    from monitor.stream.windows import ClosedWindow
+    from monitor.pipeline.windows import ClosedWindow
 
     _, ref, _ = simulate_vitals(3000, rng=5)
     model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
@@ -517,7 +517,7 @@ def test_a_restarted_releaser_reads_the_published_reports_back(tmp_path):
     from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
     from monitor.model import GridKNN
     from monitor.release import WindowReleaser
-    from monitor.stream.windows import ClosedWindow
+    from monitor.pipeline.windows import ClosedWindow
 
     _, ref, _ = simulate_vitals(3000, rng=5)
     model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,

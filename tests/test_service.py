@@ -24,10 +24,10 @@ from kafka.structs import TopicPartition
 
 from monitor.budget.ledger import WindowLedger
 from monitor.errors import MonitorError
-from monitor.stream.service import MonitorService
+from monitor.pipeline.service import MonitorService
 
 FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}]
-from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP  # the test brokers are Tansu too
+from monitor.pipeline.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP  # the test brokers are Tansu too
 
 
 @pytest.fixture(scope="module")
@@ -367,7 +367,7 @@ def test_ctrl_c_with_a_producer_still_sending_stops_within_seconds(model_path, t
 
     import yaml
 
-    from monitor.stream.broker import free_port
+    from monitor.pipeline.broker import free_port
     from tests.streamkit import wait_for
 
     port = free_port()

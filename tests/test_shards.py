@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from monitor.stream.shards import ShardCollector, dumps, encode_shard, loads
-from monitor.stream.windows import ClosedWindow
+from monitor.pipeline.shards import ShardCollector, dumps, encode_shard, loads
+from monitor.pipeline.windows import ClosedWindow
 
 
 def window(n: int, d: int = 2, start: float = 0.0, tag: str = "e", entities=None) -> ClosedWindow:

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from monitor.stream.events import EventSchema, InvalidEvent
-from monitor.stream.stage1 import _BISECT_LEAF, Stage1
-from monitor.stream.windows import ACCEPTED, DUPLICATE_ENTITY, LATE, WindowStore
+from monitor.pipeline.events import EventSchema, InvalidEvent
+from monitor.pipeline.stage1 import _BISECT_LEAF, Stage1
+from monitor.pipeline.windows import ACCEPTED, DUPLICATE_ENTITY, LATE, WindowStore
 
 
 class _Rec(SimpleNamespace):

@@ -12,9 +12,9 @@ import numpy as np
 from kafka.structs import TopicPartition
 
 from monitor.config import parse_config
-from monitor.stream.shards import encode_marker, encode_shard
-from monitor.stream.stage2 import Stage2
-from monitor.stream.windows import ClosedWindow
+from monitor.pipeline.shards import encode_marker, encode_shard
+from monitor.pipeline.stage2 import Stage2
+from monitor.pipeline.windows import ClosedWindow
 
 SIZE, LATENESS, GRACE = 10.0, 1.0, 2.0
 

@@ -32,10 +32,10 @@ import numpy as np
 import pytest
 
 from monitor.config import parse_config
-from monitor.stream.publisher import WindowPublisher
-from monitor.stream.service import MonitorService
-from monitor.stream.stage1 import Stage1
-from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP
+from monitor.pipeline.publisher import WindowPublisher
+from monitor.pipeline.service import MonitorService
+from monitor.pipeline.stage1 import Stage1
+from monitor.pipeline.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP
 
 pytestmark = pytest.mark.broker
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.stream.windows import ACCEPTED, DUPLICATE_ENTITY, LATE, WindowStore
+from monitor.pipeline.windows import ACCEPTED, DUPLICATE_ENTITY, LATE, WindowStore
 
 
 def add(store, ts, entity=None, partition=0, offset=None, flagged=False, eid=None):

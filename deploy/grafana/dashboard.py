@@ -68,7 +68,7 @@ CORE_PANELS = [
     "Windows released",
 ]
 
-# Alarm states (monitor.stream.metrics.ALARM_STATES) and how the timeline colours them.
+# Alarm states (monitor.pipeline.metrics.ALARM_STATES) and how the timeline colours them.
 STATE_COLOURS = {"fired": "red", "held": "orange", "quiet": "green", "warming_up": "blue", "suppressed": "purple"}
 
 Override = tuple[str, list[model.DynamicConfigValue]]

@@ -27,6 +27,7 @@ import time
 from typing import Any, Iterator
 
 from monitor.errors import MonitorError
+from monitor.pipeline.publisher import headline
 
 __all__ = ["configure_alerts", "row", "headline", "resolve_bootstrap", "read_alerts", "read_alerts_file"]
 
@@ -38,50 +39,13 @@ _POLL_MS = 500
 def resolve_bootstrap(cli_value: str | None, config) -> str | list[str]:
     """--bootstrap-servers, else stream.bootstrap_servers, else the embedded broker's port
     (``stream.embedded_broker_port``, or the default the embedded broker takes when free)."""
-    from monitor.stream.broker import DEFAULT_EMBEDDED_PORT
+    from monitor.pipeline.broker import DEFAULT_EMBEDDED_PORT
 
     if cli_value:
         return cli_value
     if config.stream.bootstrap_servers:
         return config.stream.bootstrap_servers
     return f"127.0.0.1:{config.stream.embedded_broker_port or DEFAULT_EMBEDDED_PORT}"
-
-
-def headline(report: dict | None) -> str:
-    """The report column: the report's own headline when it has one, else a short summary.
-
-    A report names a feature only when it stands out for all parts at once
-    (``where.parts[].stands_out``, docs/report.md). A record from before that rule (its parts
-    carry no ``stands_out``) named the largest part whatever the noise, so its feature is not
-    shown: only its flagged count.
-
-    >>> headline({"reason": "alarm", "headline": "surge in hr: +9 flagged (+-15)", "flagged_count": {"value": 30.4, "accuracy": 60.0},
-    ...           "where": {"features": ["hr"], "parts": [{"features": ["hr"], "excess": {"value": 9.0, "accuracy": 15.0}}]}})
-    'alarm: 30 flagged (+-60), no feature checked (a record from before the stands-out rule)'
-    """
-    if not report:
-        return "-"
-    if "suppressed" in report:
-        return f"{report.get('reason', 'report')}: suppressed ({report['suppressed']})"
-    parts_of_where = (report.get("where") or {}).get("parts") or []
-    if parts_of_where and not all("stands_out" in p for p in parts_of_where):
-        flagged = report.get("flagged_count") or {}
-        acc = flagged.get("accuracy")
-        return (f"{report.get('reason', 'report')}: {flagged.get('value', float('nan')):.0f} flagged"
-                + ("" if acc is None else f" (+-{acc:.0f})") + ", no feature checked (a record from before the stands-out rule)")
-    if report.get("headline"):
-        return str(report["headline"])
-    parts = [str(report.get("reason", "report"))]
-    flagged = (report.get("flagged_count") or {}).get("value")
-    if flagged is not None:
-        parts.append(f"{flagged:.0f} flagged")
-    top = report.get("top_subspaces") or []
-    if top and top[0].get("features"):
-        parts.append("top " + "+".join(top[0]["features"]))
-    grid = (report.get("top_grid") or {}).get("grid")
-    if grid:
-        parts.append(f"grid {grid}")
-    return ", ".join(parts)
 
 
 def row(record: dict) -> tuple[str, str, str, str]:
@@ -105,8 +69,8 @@ def read_alerts(bootstrap, config, *, follow: bool, stop: threading.Event) -> It
     each new one until ``stop`` is set."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from monitor.stream.clients import client_settings
-    from monitor.stream.startup import kafka_setup_errors, wait_for_broker
+    from monitor.pipeline.clients import client_settings
+    from monitor.pipeline.startup import kafka_setup_errors, wait_for_broker
 
     topic = config.stream.alerts_topic
     if not wait_for_broker(bootstrap, config.stream, stop):

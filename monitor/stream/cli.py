@@ -43,7 +43,7 @@ def _warn(message: str) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from monitor.cli import setup_logging
     from monitor.config import load_config
-    from monitor.stream.service import MonitorService
+    from monitor.pipeline.service import MonitorService
 
     setup_logging(args.log_level)
     config = load_config(args.config)

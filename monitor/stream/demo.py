@@ -231,7 +231,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from monitor.config import load_config
-    from monitor.stream.broker import EmbeddedBroker
+    from monitor.pipeline.broker import EmbeddedBroker
 
     if not args.duration > 0:
         raise MonitorError(f"--duration must be positive, got {args.duration}")
@@ -273,7 +273,7 @@ def _fit_model(config_path: Path) -> None:
 
 
 def _run_pipeline(config, args, console, live: bool, started: float, workdir: Path, temporary: bool) -> int:
-    from monitor.stream.service import MonitorService
+    from monitor.pipeline.service import MonitorService
 
     plan = SimulationPlan(
         rate=_DEMO_RATE, duration=args.duration, malformed_rate=_MALFORMED_RATE,

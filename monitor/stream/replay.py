@@ -156,9 +156,9 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     from monitor.lockfile import LedgerInUse, LedgerLock
     from monitor.release import WindowReleaser
     from monitor.stream.alerts import headline
-    from monitor.stream.events import EventSchema, InvalidEvent
-    from monitor.stream.service import load_model
-    from monitor.stream.windows import WindowStore
+    from monitor.pipeline.events import EventSchema, InvalidEvent
+    from monitor.pipeline.service import load_model
+    from monitor.pipeline.windows import WindowStore
 
     if config.stream.timestamp_field is None:
         raise MonitorError("replay needs event times in the events: set stream.timestamp_field (a file has no Kafka timestamps)")

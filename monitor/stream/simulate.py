@@ -425,11 +425,11 @@ def resolve_bootstrap(cli_value: str | None, config) -> str | list[str]:
 
 
 def open_producer(bootstrap_servers: str | list[str], kafka_settings: dict | None = None):
-    """The shared kafka-python producer (``monitor.stream.clients``), with a clear error
+    """The shared kafka-python producer (``monitor.pipeline.clients``), with a clear error
     when the broker cannot be reached."""
     from kafka.errors import KafkaError
 
-    from monitor.stream.clients import make_producer
+    from monitor.pipeline.clients import make_producer
 
     try:
         return make_producer(bootstrap_servers, kafka_settings or {}, linger_ms=20)

@@ -51,10 +51,10 @@ from typing import Any
 
 import numpy as np
 
-from monitor.stream.events import HORIZON_HINT, InvalidEvent
-from monitor.stream.publisher import SEND_TIMEOUT_S
-from monitor.stream.shards import dumps, encode_marker, encode_shard
-from monitor.stream.windows import Selection, WindowStore, take as _take
+from monitor.pipeline.events import HORIZON_HINT, InvalidEvent
+from monitor.pipeline.publisher import SEND_TIMEOUT_S
+from monitor.pipeline.shards import dumps, encode_marker, encode_shard
+from monitor.pipeline.windows import Selection, WindowStore, take as _take
 
 log = logging.getLogger("monitor.stream")
 
@@ -192,7 +192,7 @@ class Stage1:
                 self._rewind[tp] = (offset, store.next_index)
                 dropped += store.n_open_events
         self._unsent = deque((rec, bad) for rec, bad in self._unsent if all(rec.partition != tp.partition for tp in revoked))
-        from monitor.stream import startup
+        from monitor.pipeline import startup
 
         log.info("stage 1: revoked partitions %s; %d events of open windows dropped here, %s",
                  sorted(tp.partition for tp in revoked), dropped, startup.revoke_note(self.service.broker is not None))
@@ -464,7 +464,7 @@ class Stage1:
 
     def _log_ends(self, tps: list, positions: dict) -> dict:
         """Each partition's highwater from a fetch sent now, by a consumer of its own (no group)."""
-        from monitor.stream.clients import make_consumer
+        from monitor.pipeline.clients import make_consumer
 
         s = self.config.stream
         # No group (and so no static member id): it only reads log ends, never commits.

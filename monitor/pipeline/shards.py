@@ -25,7 +25,7 @@ partitions it must wait for, however slow their stage 1 is:
 
 The internal topic holds raw data: it is inside the trust boundary, like the input.
 
->>> from monitor.stream.windows import ClosedWindow, smallest_offsets
+>>> from monitor.pipeline.windows import ClosedWindow, smallest_offsets
 >>> w = ClosedWindow(0.0, 60.0, np.array([[1.0, 2.0]]), np.array([True]), ("a",), ("p1",))
 >>> [s["partition"] for s in encode_shard(w, partition=2, n_partitions=3, attempt="x")]
 [2]
@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from monitor.stream.windows import ClosedWindow, smallest_offsets
+from monitor.pipeline.windows import ClosedWindow, smallest_offsets
 
 __all__ = ["encode_shard", "encode_marker", "chunk_events", "dumps", "loads", "ShardCollector"]
 

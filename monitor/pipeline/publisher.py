@@ -73,6 +73,43 @@ def late_cause(*, close_time: float, started_at: float | None, read_after_close:
             f"together longer than window.publish_delay_seconds ({publish_delay:g} s): raise it")
 
 
+def headline(report: dict | None) -> str:
+    """The report column: the report's own headline when it has one, else a short summary.
+
+    A report names a feature only when it stands out for all parts at once
+    (``where.parts[].stands_out``, docs/report.md). A record from before that rule (its parts
+    carry no ``stands_out``) named the largest part whatever the noise, so its feature is not
+    shown: only its flagged count.
+
+    >>> headline({"reason": "alarm", "headline": "surge in hr: +9 flagged (+-15)", "flagged_count": {"value": 30.4, "accuracy": 60.0},
+    ...           "where": {"features": ["hr"], "parts": [{"features": ["hr"], "excess": {"value": 9.0, "accuracy": 15.0}}]}})
+    'alarm: 30 flagged (+-60), no feature checked (a record from before the stands-out rule)'
+    """
+    if not report:
+        return "-"
+    if "suppressed" in report:
+        return f"{report.get('reason', 'report')}: suppressed ({report['suppressed']})"
+    parts_of_where = (report.get("where") or {}).get("parts") or []
+    if parts_of_where and not all("stands_out" in p for p in parts_of_where):
+        flagged = report.get("flagged_count") or {}
+        acc = flagged.get("accuracy")
+        return (f"{report.get('reason', 'report')}: {flagged.get('value', float('nan')):.0f} flagged"
+                + ("" if acc is None else f" (+-{acc:.0f})") + ", no feature checked (a record from before the stands-out rule)")
+    if report.get("headline"):
+        return str(report["headline"])
+    parts = [str(report.get("reason", "report"))]
+    flagged = (report.get("flagged_count") or {}).get("value")
+    if flagged is not None:
+        parts.append(f"{flagged:.0f} flagged")
+    top = report.get("top_subspaces") or []
+    if top and top[0].get("features"):
+        parts.append("top " + "+".join(top[0]["features"]))
+    grid = (report.get("top_grid") or {}).get("grid")
+    if grid:
+        parts.append(f"grid {grid}")
+    return ", ".join(parts)
+
+
 def release_summary(record: dict) -> str:
     """The per-window log line's content: alarm state, what the window charged and, with a
     detailed report, its headline (all from the published record).
@@ -83,8 +120,6 @@ def release_summary(record: dict) -> str:
     >>> release_summary({"alarm_detail": {"state": "quiet"}, "epsilon": 0.0, "report": None})
     'alarm quiet, epsilon 0'
     """
-    from monitor.stream.alerts import headline
-
     detail = record.get("alarm_detail") or {}
     line = f"alarm {detail.get('state', '?')}, epsilon {record.get('epsilon') or 0.0:.3g}"
     if detail.get("problem"):  # a degenerate baseline: why the alarm is still warming up

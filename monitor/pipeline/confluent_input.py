@@ -8,7 +8,7 @@ same with either client. Install with ``pip install "dp-outlier-monitor[confluen
 Settings: ``stream.confluent`` is passed to librdkafka as is (``security.protocol``,
 ``sasl.mechanism``, ...); the group timing comes from ``stream.kafka``'s
 ``session_timeout_ms`` / ``heartbeat_interval_ms`` when set, and the messages per poll
-from its ``max_poll_records`` (default ``monitor.stream.clients.MAX_POLL_RECORDS``, as
+from its ``max_poll_records`` (default ``monitor.pipeline.clients.MAX_POLL_RECORDS``, as
 for kafka-python). Auto-commit is off: stage 1 commits only past shards the broker
 acknowledged.
 """
@@ -24,7 +24,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
 from monitor.errors import MonitorError
-from monitor.stream.clients import MAX_POLL_RECORDS
+from monitor.pipeline.clients import MAX_POLL_RECORDS
 
 log = logging.getLogger("monitor.stream")
 

@@ -22,8 +22,8 @@ import math
 import time
 from typing import Any
 
-from monitor.stream.shards import ShardCollector, loads
-from monitor.stream.windows import ClosedWindow
+from monitor.pipeline.shards import ShardCollector, loads
+from monitor.pipeline.windows import ClosedWindow
 
 log = logging.getLogger("monitor.stream")
 

@@ -2,18 +2,18 @@
 
 Two stages on Kafka (DESIGN 6, docs/scaling.md), run by one loop in one thread:
 
-- stage 1 (``monitor.stream.stage1``, consumer group ``stream.group_id`` on the input
+- stage 1 (``monitor.pipeline.stage1``, consumer group ``stream.group_id`` on the input
   topic, any number of processes): validate each event (bad ones go to the dead-letter
   topic with their original bytes and a ``reason`` header), score the valid ones in one
   vectorised call, keep one event per entity per window, and once a window has closed
   (end + allowed lateness) and the partition is read up to its log end at the close,
   send its shard from each input partition to the internal topic; input offsets are
   committed only past shards the broker acknowledged;
-- stage 2 (``monitor.stream.stage2``, group ``stream.group_id + ".stage2"`` on the
+- stage 2 (``monitor.pipeline.stage2``, group ``stream.group_id + ".stage2"`` on the
   internal topic, one process): merge each window's shards and release it once, in
   order, when every input partition has reported it or a grace has passed with every
   partition that announced the window (a ``cut``) reported,
-  through ``monitor.stream.publisher.WindowPublisher`` (``monitor.release.WindowReleaser``:
+  through ``monitor.pipeline.publisher.WindowPublisher`` (``monitor.release.WindowReleaser``:
   alarm, report, ledger; then the alerts topic at the scheduled time);
   internal offsets are committed only past windows in the ledger.
 
@@ -40,11 +40,11 @@ from kafka.errors import KafkaError
 
 from monitor.config import MonitorConfig
 from monitor.errors import MonitorError
-from monitor.stream import startup
-from monitor.stream.broker import EMBEDDED_GROUP_SETTINGS
-from monitor.stream.events import EventSchema
-from monitor.stream.metrics import MonitorMetrics
-from monitor.stream.publisher import WindowPublisher
+from monitor.pipeline import startup
+from monitor.pipeline.broker import EMBEDDED_GROUP_SETTINGS
+from monitor.pipeline.events import EventSchema
+from monitor.pipeline.metrics import MonitorMetrics
+from monitor.pipeline.publisher import WindowPublisher
 
 log = logging.getLogger("monitor.stream")
 
@@ -133,7 +133,7 @@ class MonitorService:
         self.broker = None  # the EmbeddedBroker, when we started one
         self.schema = EventSchema.from_config(config)
         self._operational_port: int | None = None
-        from monitor.stream.inputwatch import InputWatch
+        from monitor.pipeline.inputwatch import InputWatch
 
         # Rate-limited warnings for a misspelt field or values far outside the bounds.
         self.watch = InputWatch(config.feature_names, config.bounds, dead_letter_topic=config.stream.dead_letter_topic,
@@ -256,7 +256,7 @@ class MonitorService:
     def _start_broker(self) -> None:
         if self._bootstrap:
             return
-        from monitor.stream.broker import start_embedded
+        from monitor.pipeline.broker import start_embedded
 
         self.broker, moved = start_embedded(self.config.stream.embedded_broker_port)
         self._bootstrap = self.broker.bootstrap_servers
@@ -302,9 +302,9 @@ class MonitorService:
             log.warning("cannot read the reference ledger %s: %s", b.reference_ledger, err)
 
     def _connect(self) -> None:
-        from monitor.stream.clients import ensure_topics, make_consumer
-        from monitor.stream.stage1 import Stage1
-        from monitor.stream.stage2 import Stage2
+        from monitor.pipeline.clients import ensure_topics, make_consumer
+        from monitor.pipeline.stage1 import Stage1
+        from monitor.pipeline.stage2 import Stage2
 
         s = self.config.stream
         topics = [s.input_topic, s.shard_topic, s.alerts_topic, s.dead_letter_topic] + ([s.scores_topic] if s.scores_topic else [])
@@ -337,7 +337,7 @@ class MonitorService:
         if self.runs_stage1:
             self.stage1 = Stage1(self)
             if s.input_backend == "confluent":
-                from monitor.stream.confluent_input import ConfluentConsumer
+                from monitor.pipeline.confluent_input import ConfluentConsumer
 
                 consumer = ConfluentConsumer(self._bootstrap, s.group_id, group, s.confluent)
             else:
@@ -349,7 +349,7 @@ class MonitorService:
     def _make_producers(self, *names: str) -> None:
         """(Re)create producers: an idempotent producer whose broker lost its producer id
         (a restarted broker) fails every send until it is recreated."""
-        from monitor.stream.clients import make_producer
+        from monitor.pipeline.clients import make_producer
 
         kafka = self.config.stream.kafka
         for name in names or tuple(self._PRODUCERS):

@@ -265,7 +265,7 @@ def parse_timestamp(value: float | str, field: str = "timestamp") -> float:
     >>> parse_timestamp(1763700000000)
     Traceback (most recent call last):
     ...
-    monitor.stream.events.InvalidEvent: bad_timestamp: field 'timestamp': 1763700000000 looks like milliseconds since the epoch: send seconds (milliseconds / 1000) or ISO 8601
+    monitor.pipeline.events.InvalidEvent: bad_timestamp: field 'timestamp': 1763700000000 looks like milliseconds since the epoch: send seconds (milliseconds / 1000) or ISO 8601
     """
     if isinstance(value, str):
         try:

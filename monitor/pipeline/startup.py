@@ -117,7 +117,7 @@ def _check_kafka(bootstrap, passthrough: dict, timeout: float) -> None:
     an admin client within ``timeout`` to find out in seconds rather than a minute."""
     from kafka import KafkaAdminClient
 
-    from monitor.stream.clients import client_settings
+    from monitor.pipeline.clients import client_settings
 
     with kafka_setup_errors(bootstrap, f" within {timeout:.0f} s"):
         settings = {**client_settings("admin", passthrough), "bootstrap_timeout_ms": int(timeout * 1000)}
