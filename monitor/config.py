@@ -45,7 +45,7 @@ class Feature(_Strict):
 
     The bounds are used to scale the feature to [0, 1] (values outside are clipped).
     They must come from domain knowledge, never from the data: scaling by the data's
-    own range would leak it (DESIGN 2.1).
+    own range would leak it (docs/design.md#the-model).
     """
 
     name: str = Field(min_length=1, description="JSON field of the event that holds this feature.")
@@ -62,7 +62,7 @@ class Feature(_Strict):
 
 
 class ModelSettings(_Strict):
-    """The private grid-kNN model (DESIGN 2) that scores every event."""
+    """The private grid-kNN model (docs/design.md#the-model) that scores every event."""
 
     path: Path = Field(Path("model.json"), description="Model file written by `monitor fit` and read by `monitor run`.")
     epsilon: float = Field(1.0, gt=0, description="Privacy budget of the fit, charged to the reference ledger.")
@@ -153,7 +153,7 @@ class WindowSettings(_Strict):
 
 
 class AlarmSettings(_Strict):
-    """The continual private surge alarm (DESIGN 7): one private yes/no per window, paid only when it pages."""
+    """The continual private surge alarm (docs/design.md#the-alarm): one private yes/no per window, paid only when it pages."""
 
     enabled: bool = Field(True, description="Answer the surge question every window.")
     contamination: float = Field(
@@ -255,7 +255,7 @@ class AlarmSettings(_Strict):
 
 
 class ReportSettings(_Strict):
-    """A window's detailed report (DESIGN 3 and 7, docs/report.md): on a page, and on a public schedule.
+    """A window's detailed report (docs/design.md#the-report, docs/report.md): on a page, and on a public schedule.
 
     The shipped report says where: the event count, the alarm's flagged count, and the
     flagged events counted by the feature (the model's one-feature grids) that finds each
@@ -382,7 +382,7 @@ class ReportSettings(_Strict):
 
 
 class BudgetSettings(_Strict):
-    """The budget accountant (DESIGN 4)."""
+    """The budget accountant (docs/design.md#the-budget)."""
 
     period_seconds: float = Field(86400.0, gt=0, description="Rolling period the budget applies to.")
     epsilon: float = Field(12.0, gt=0, description="Total epsilon per privacy unit per period.")

@@ -1,4 +1,4 @@
-"""What each window publishes: the alarm answer, and sometimes a detailed report (DESIGN 3, 7).
+"""What each window publishes: the alarm answer, and sometimes a detailed report (docs/design.md#the-alarm).
 
 Broker-free on purpose: the service (``monitor run``) and ``monitor replay`` both hand
 their closed windows, in order, to one :class:`WindowReleaser`, and the tests call it
@@ -87,7 +87,7 @@ class WindowReleaser:
         self.model = model
         self._noise = noise_source(rng)
         a = config.alarm
-        # The alarm's two calibrated levels (issue 26); kappa = E[w^2] / E[w] of normal events.
+        # The alarm's two calibrated levels (docs/design.md#graded-weights); kappa = E[w^2] / E[w] of normal events.
         self.level_lo, self.level_hi = alarm_levels(model, a)
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
@@ -241,7 +241,7 @@ class WindowReleaser:
                 self.ledger.end_charge(self._run_charge_id, window.start)
                 self.alarm.close_run()
             # A degenerate baseline (rate 0, too little traffic) is announced in the answer and
-            # not used: no run is opened on it (issue 26).
+            # not used: no run is opened on it (docs/alarm.md).
             est = self.baseline.estimate
             problem = None if est is None else baseline_problem(est.rate, est.events_per_window)
             if est is not None and problem is None and self.alarm.needs_run():

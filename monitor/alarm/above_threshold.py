@@ -1,4 +1,4 @@
-"""AboveThreshold, the sparse vector technique, on exact integers (DESIGN 7 and 8).
+"""AboveThreshold, the sparse vector technique, on exact integers (docs/design.md#the-alarm).
 
 One *run* draws a noisy threshold once and answers a stream of queries "is q_i above
 T_i?"; its negative answers are free and each positive answer has a price.

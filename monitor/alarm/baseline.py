@@ -6,7 +6,7 @@ model's reference exactly, and the rate drifts. On a public schedule the tracker
 releases the flagged and event totals of the windows since its last estimate, with
 Laplace noise, and tau = flagged / events is post-processing of those two releases.
 
-Graded weights (issue 26). ``learn_one`` takes each event's weight in [0, 1] (a plain
+Graded weights (docs/design.md#graded-weights). ``learn_one`` takes each event's weight in [0, 1] (a plain
 flag is weight 0 or 1), so tau is the normal mean weight; clipping and sensitivities are
 in weight units, and one event still adds at most 1.
 
@@ -22,7 +22,7 @@ where unclipped totals would leave 1 / epsilon_flagged. The warm-up span's cap i
 while a window's spread is only sqrt(n tau). Without an entity field each event is its
 own unit and both sensitivities are 1.
 
-Kappa (issue 26). The alarm's threshold scales with kappa = E[w^2] / E[w] of normal
+Kappa (docs/alarm.md). The alarm's threshold scales with kappa = E[w^2] / E[w] of normal
 weights, which the model's calibration histogram pins down poorly (0.62 to 0.74 where the
 traffic's own was 0.26 to 0.71). With ``release_kappa`` the flagged total is released as
 two parts instead of one: sum(w^2) and sum(w - w^2). Both are non-negative and a unit's
@@ -30,7 +30,7 @@ two contributions add up to its clipped weight, so the pair has the flagged tota
 sensitivity and costs the same epsilon; the total is their sum (twice the noise variance)
 and kappa their ratio, free.
 
-Normal traffic's parts (issue 28). With ``epsilon_parts`` set, ``learn_one`` also takes
+Normal traffic's parts (docs/report.md). With ``epsilon_parts`` set, ``learn_one`` also takes
 each event's part (the feature that finds it most unusual, ``monitor.report.part_of``)
 and every estimate after the warm-up also releases the span's flagged weight per part:
 one histogram; a unit's events may land in different parts, but its shares over the parts

@@ -1,4 +1,4 @@
-"""The surge alarm on the user's own scale (DESIGN 9): graded weights, a threshold from a
+"""The surge alarm on the user's own scale (docs/design.md#graded-weights): graded weights, a threshold from a
 stated false-page rate, and what that threshold lets one see.
 
 Graded weights. Each event weighs w = clip((score - t_lo) / (t_hi - t_lo), 0, 1) between
@@ -8,7 +8,7 @@ privacy unit (one event per window) still moves the window's sum of weights by a
 amount in [0, 1], so the statistic a_i = sum w - tau n_i moves within [-tau, 1 - tau]:
 an interval of width 1, and the AboveThreshold argument is unchanged. Weights are
 quantised to integers in [0, RESOLUTION] (:func:`weight_units`) so every comparison
-stays exact (DESIGN 8); the clip is applied to the integers, so no rounding can widen
+stays exact (docs/design.md#floating-point); the clip is applied to the integers, so no rounding can widen
 the interval.
 
 Threshold. Under normal traffic a_i is the sum of n_i weights minus tau_hat n_i. Its

@@ -1,4 +1,4 @@
-"""The continual private surge alarm (DESIGN 7): one yes/no answer per window.
+"""The continual private surge alarm (docs/design.md#the-alarm): one yes/no answer per window.
 
 Statistic of window i: a_i = f_i - tau n_i, with f_i the sum of the events' weights
 (graded, ``monitor.alarm.calibrate.weight_units``: each in [0, 1]; a plain flag is 0 or

@@ -1,7 +1,7 @@
 """The surge statistic's integer units, shared by the alarm and its calibration.
 
 The statistic RESOLUTION a_i = U_i - m n_i is an integer (U_i the window's weight units, m
-the run's tau in 1 / RESOLUTION), so every comparison is exact (DESIGN 8). A run's tau may
+the run's tau in 1 / RESOLUTION), so every comparison is exact (docs/design.md#floating-point). A run's tau may
 move within a public band of width TAU_BAND (``monitor.alarm.surge``).
 """
 

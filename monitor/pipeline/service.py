@@ -1,6 +1,6 @@
 """The monitor service: Kafka in, private windows out, a budget that survives crashes.
 
-Two stages on Kafka (DESIGN 6, docs/scaling.md), run by one loop in one thread:
+Two stages on Kafka (docs/design.md#two-stages, docs/scaling.md), run by one loop in one thread:
 
 - stage 1 (``monitor.pipeline.stage1``, consumer group ``stream.group_id`` on the input
   topic, any number of processes): validate each event (bad ones go to the dead-letter
