@@ -1,5 +1,5 @@
 """What a window's flagged weight is compared with: the same people's recent windows and
-yesterday's same hour (the alarm's rhythm-following reference; docs/alarm.md "Rhythms").
+the same hours of the days before (docs/alarm.md, "Traffic with a daily rhythm").
 
 Real traffic changes its make-up with the hour, so the share of events any fixed model
 flags moves over the day. Against one daily rate (a_i = f_i - tau n_i) every evening
@@ -19,8 +19,8 @@ i is a linear combination of its own earlier values,
 with T_i the last ``recent_windows`` windows before i, Y_di the ``seasonal_windows`` windows
 centred on i d periods (days) earlier and YT_di the recent windows before those: today's
 last hour, moved by how the day's shape rises or falls from that hour to this one, averaged
-over the last SEASONAL_DAYS days there are (a surge one day then weighs half as much). Before a day of
-history, the least-squares line through the last ``recent_windows`` windows (TT_i),
+over the last SEASONAL_DAYS days there are (a surge one day then weighs half as much).
+Before a day of history, the least-squares line through the last ``recent_windows`` windows (TT_i),
 extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
 Today's windows all count, paged or not: a lasting change (a shift that starts, new
 firmware) pages once and is learnt within the hour. The day-old sets leave out windows that
@@ -28,8 +28,9 @@ paged or held, so a surge that paged is not a later day's normal, unless those a
 set (a ramp that paged on the first day is the day's shape). Reaching further back for
 unpaged windows instead was tried: around a ramp the sets then reached into the other regime
 and paged at the ramp every day. A surge that did not page at the same hour on the days
-before still lowers today's statistic there (by about a third of its size for each of two
-days with 5 seasonal windows).
+before still lowers today's statistic there (a 3-window surge, by 0.3 of its size for each of
+the two days, with 5 seasonal windows).
+
 The statistic is
 
     a_i = sum_u clip(A_ui - B_ui, -L, 1)
@@ -84,8 +85,6 @@ ReferenceMode = Literal["baseline", "recent", "rhythm"]
 SEASONAL_DAYS = 2
 
 
-
-
 @dataclass(frozen=True)
 class Comparison:
     """One window's statistic against the reference (private: never published) and how it
@@ -124,15 +123,15 @@ class RhythmReference:
         Windows in Y_di, centred on the same hour a period earlier (odd; an even number is
         made odd by one). Few: a centred mean smears a ramp's kink (a shift change at 10,000
         people: 13 windows put 1.6 ramp steps, 240 events, into the prediction; 5 put 0.6).
-        At least half of them, and all of YT_di, for a day to count.
+        At least half of Y_di and of YT_di must have been released for a day to count.
     slack:
         How far below -tau a unit's term may go (L = tau + slack, tau the top of the run's
         band). The low end must sit below the busiest hour's share too (tau is the day's):
         0.5 covers a share weighed several times the day's mean (docs/alarm.md).
     trend_error:
         How far the recent mode's trend may miss the rhythm, as a share of the normal count
-        (public): the threshold counts it like a baseline's error. Measured about 0.1 on
-        the shared sets with a daily swing of 2.8 (docs/alarm.md).
+        (public): the threshold counts it like a baseline's error. The trend's extra spread was
+        about 0.06 of the normal count on the shared sets with a daily wave of 2.8 x.
     resolution:
         Integer units per event weight.
     """
