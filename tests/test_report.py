@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from monitor.budget import BudgetAccountant, WindowLedger
 from monitor.config import ConfigError, ReportSettings, parse_config
+from monitor.data.traffic import Traffic
+from monitor.data.vitals import VITAL_FEATURES
+from monitor.pipeline.windows import ClosedWindow
+from monitor.release import WindowReleaser
 from monitor.dp import noise_source
 from monitor.report import candidate_parts, part_counts, project_nested, project_partition, release_parts, release_report
 
@@ -461,28 +467,22 @@ def test_the_reports_where_states_its_guarantee():
     assert other["where"]["parts"] != w["parts"]
 
 
-def test_scheduled_reports_normal_comes_from_the_reports_already_published(tmp_path):
-    # With a report on every window, a report's normal per part is post-processing of the
-    # reports published in the last two hours (their part counts over their event counts),
-    # once there are 12 of them: rebuilt here from the alert records alone.
-    import json
-
-    from monitor.budget import BudgetAccountant, WindowLedger
-    from monitor.data.traffic import Traffic
-    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
-    from monitor.model import GridKNN
-    from monitor.release import WindowReleaser
-    from monitor.pipeline.windows import ClosedWindow
-
-    _, ref, _ = simulate_vitals(3000, rng=5)
-    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
-                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(ref)
-    config = parse_config({
+def _scheduled_config(tmp_path):
+    """Vital signs, one device per event, a report on every 5-minute window."""
+    return parse_config({
         "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
         "stream": {"entity_field": "device_id"}, "window": {"size_seconds": 300},
         "alarm": {"baseline_warmup_seconds": 3600}, "report": {"every_seconds": 300},
         "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 1000.0, "accountant": "basic"},
     })
+
+
+def test_scheduled_reports_normal_comes_from_the_reports_already_published(tmp_path, vitals_model):
+    # With a report on every window, a report's normal per part is post-processing of the
+    # reports published in the last two hours (their part counts over their event counts),
+    # once there are 12 of them: rebuilt here from the alert records alone.
+    model = vitals_model
+    config = _scheduled_config(tmp_path)
     b = config.budget
     rel = WindowReleaser(config, BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds,
                                                   b.accountant), model, rng=4)
@@ -508,26 +508,10 @@ def test_scheduled_reports_normal_comes_from_the_reports_already_published(tmp_p
     assert first["normal"] != pytest.approx(held / sum(r["event_count"]["value"] for r in past) * early["event_count"]["value"])
 
 
-def test_a_restarted_releaser_reads_the_published_reports_back(tmp_path):
+def test_a_restarted_releaser_reads_the_published_reports_back(tmp_path, vitals_model):
     # After a restart the normal parts come from the same published reports: the ledger's.
-    import json
-
-    from monitor.budget import BudgetAccountant, WindowLedger
-    from monitor.data.traffic import Traffic
-    from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
-    from monitor.model import GridKNN
-    from monitor.release import WindowReleaser
-    from monitor.pipeline.windows import ClosedWindow
-
-    _, ref, _ = simulate_vitals(3000, rng=5)
-    model = GridKNN(epsilon=1.0, bounds=[(lo, hi) for _, lo, hi in VITAL_FEATURES], contamination=0.05, random_state=0,
-                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(ref)
-    config = parse_config({
-        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
-        "stream": {"entity_field": "device_id"}, "window": {"size_seconds": 300},
-        "alarm": {"baseline_warmup_seconds": 3600}, "report": {"every_seconds": 300},
-        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 1000.0, "accountant": "basic"},
-    })
+    model = vitals_model
+    config = _scheduled_config(tmp_path)
     b = config.budget
     ledger = WindowLedger(b.ledger)
 
