@@ -80,8 +80,9 @@ MIN_BASELINE_EVENTS_PER_WINDOW = 20.0
 
 
 # A report's event count this far (as a ratio, beyond the traffic's swing) from the baseline's
-# events per window, and outside the count's own 95 % interval, says the baseline no longer fits.
-MISFIT_RATIO = 1.5
+# events per window, and by more than twice its own 95 % interval, says the baseline no longer
+# fits; a partial window or a noisy count alone must not cost a new warm-up.
+MISFIT_RATIO = 2.0
 
 
 def baseline_misfit(event_count: float, accuracy: float, events_per_window: float, swing: float) -> "str | None":
@@ -96,7 +97,7 @@ def baseline_misfit(event_count: float, accuracy: float, events_per_window: floa
     """
     expected = max(float(events_per_window), 1.0)
     lo, hi = expected * (1.0 - swing) / MISFIT_RATIO, expected * (1.0 + swing) * MISFIT_RATIO
-    if lo <= event_count <= hi or abs(event_count - expected) <= accuracy:
+    if lo <= event_count <= hi or abs(event_count - expected) <= 2.0 * accuracy:
         return None
     return (f"a report counted {event_count:.0f} +- {accuracy:.0f} events in a window where the baseline expects "
             f"{events_per_window:.0f} (+-{swing:.0%} over the day)")
