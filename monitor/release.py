@@ -207,6 +207,7 @@ class WindowReleaser:
             self._audit(window, {"events": n, "alarm_flagged": int(np.count_nonzero(scores > self.level_hi)),
                                  "alarm_weight": alarm_units / RESOLUTION})
         charges: list[dict] = []
+        index = None if self.reference is None else self.reference.window_index(window.start)
 
         # How unusual each weighted event is by each grid: the baseline's parts and a report's
         # 'where' both read it (computed once, for the few weighted events only).
@@ -255,11 +256,11 @@ class WindowReleaser:
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
-            can_page = self.alarm.run is not None and self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0), "alarm_page")
+            can_page = self.alarm.run is not None and self._run_can_page(window)
             comparison = None
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
-                comparison = self.reference.compare(self.reference.window_index(window.start), units, window.entities,
-                                                    self.alarm.run_rate_units(est), self.alarm.low_units)
+                comparison = self.reference.compare(index, units, window.entities, self.alarm.run_rate_units(est),
+                                                    self.alarm.low_units)
             answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,
                                              comparison=comparison, load=profile_load(est, window.start))
             if answer.state == "fired":
@@ -267,7 +268,7 @@ class WindowReleaser:
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))
 
         if self.reference is not None:  # every window, warm-up included; a page is marked for the day-old sets
-            self.reference.learn_one(self.reference.window_index(window.start), units, window.entities, paged=answer.alarm)
+            self.reference.learn_one(index, units, window.entities, paged=answer.alarm)
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
         # and still leaves room for the next alarm run and report.reserve_pages pages.
@@ -335,13 +336,16 @@ class WindowReleaser:
         """
         a = self.config.alarm
         cost = (a.epsilon_threshold, 0.0)
-        can_page = self.accountant.fits_span(self._run_span[0], window.end, (a.epsilon_page, 0.0), "alarm_page")
-        if self.alarm.has_paged or not can_page or not self._fits(window, cost, kind="alarm_run"):
+        if self.alarm.has_paged or not self._run_can_page(window) or not self._fits(window, cost, kind="alarm_run"):
             self.alarm.close_run()  # its charges cover no later window
             return
         self._run_span = (self._run_span[0], _run_end(window.end, a.run_seconds))
         self.ledger.extend_charge(self._run_charge_id, self._run_span[1])
         charges.append({**self._run_charge("alarm_run", cost[0]), "carried_on": True})
+
+    def _run_can_page(self, window: ClosedWindow) -> bool:
+        """Could the budget pay a page over the open run's span up to this window?"""
+        return self.accountant.fits_span(self._run_span[0], window.end, (self.config.alarm.epsilon_page, 0.0), "alarm_page")
 
     def _run_charge(self, kind: str, epsilon: float) -> dict:
         """The alert record's entry for a charge over the open run's span (pure DP)."""

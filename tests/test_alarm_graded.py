@@ -255,6 +255,9 @@ def test_what_the_plan_states_is_the_threshold_the_alarm_uses():
                        traffic_swing=a.traffic_swing)
     base = BaselineEstimate(0.03, 1500.0, 0, 1, 36, 0.27, rate_error=0.002)
     assert alarm.window_threshold(base) == pytest.approx(window_threshold(a, 300, 0.03, 1500.0, 0.002, 0.6), rel=1e-6)
+    for load in (0.6, 1.7):  # the plain statistic at an hour of a released profile
+        assert alarm.window_threshold(base, load=load) == pytest.approx(
+            window_threshold(a, 300, 0.03, 1500.0, 0.002, 0.6, load), rel=1e-6)
     # Against the rhythm reference (the default): the run's interval, the prediction's variance, the hour's load.
     r = AlarmSettings()
     ref = RhythmReference(300, r.recent_windows, r.seasonal_windows, r.rhythm_slack)

@@ -62,6 +62,7 @@ __all__ = [
     "alarm_visibility",
     "baseline_problem",
     "baseline_misfit",
+    "at_hour",
     "span_flag_cap",
     "span_windows",
     "window_threshold",
@@ -339,14 +340,25 @@ class AlarmVisibility:
     false_pages_per_30_days: float
 
 
+def at_hour(events: float, rate_error: float, swing: float, load: float | None) -> tuple[float, float, float]:
+    """(events, rate error, swing) a threshold is derived at: with a released daily profile's
+    ``load`` (``baseline.profile_load``) the hour's expected count, volume and make-up together,
+    the rate's error kept at the day's count, and no swing left; without one the day's mean and
+    the traffic's swing.
+
+    >>> at_hour(1000.0, 0.002, 0.3, None), at_hour(1000.0, 0.002, 0.3, 2.0)
+    ((1000.0, 0.002, 0.3), (2000.0, 0.001, 0.0))
+    """
+    return (events, rate_error, swing) if load is None else (events * load, rate_error / load, 0.0)
+
+
 def _terms(settings, rate: float, events: float, rate_error: float, kappa: float, load: float | None) -> dict:
     """The threshold's inputs as the alarm derives them (``SurgeAlarm._derive``): against the
     rhythm reference (``alarm.follow_rhythm``) in its rhythm mode, the run's slack widens both
     noises, the prediction adds its variance and the baseline's rate error drops out; with a
     profile ``load`` the hour's expected count replaces the day's swing."""
     eps_t, eps_p = settings.epsilon_threshold, _page_epsilon(settings)
-    swing = settings.traffic_swing if load is None else 0.0
-    events = events * (1.0 if load is None else load)
+    events, rate_error, swing = at_hour(events, rate_error, settings.traffic_swing, load)
     if not (getattr(settings, "follow_rhythm", False) and settings.threshold is None):
         return dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=eps_t, epsilon_page=eps_p,
                     kappa=kappa, swing=swing)

@@ -54,7 +54,7 @@ from typing import Literal
 
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate
-from monitor.alarm.calibrate import false_page_threshold
+from monitor.alarm.calibrate import at_hour, false_page_threshold
 from monitor.alarm.reference import Comparison
 from monitor.alarm.units import BAND_UNITS as _BAND_UNITS
 from monitor.alarm.units import RESOLUTION, TAU_BAND, band_around, rate_units
@@ -123,17 +123,13 @@ class SurgeAlarm:
         E[w^2] / E[w] of normal events' weights (public, from the model's calibration;
         1 is the safe bound, exact for plain flags): scales the normal spread. A baseline
         that released its own (``BaselineEstimate.kappa``, from the traffic) replaces it.
-    slack_units:
-        Extra width of every run's interval, in 1 / RESOLUTION (0: the plain statistic's).
-        With the rhythm reference each run sets its own instead (``open_run``).
     rng:
         None in production (OpenDP); a seed for tests.
     """
 
     def __init__(self, epsilon_threshold: float, epsilon_page: float, threshold: float | None, z: float = 3.0,
                  hold_windows: int = 3, rate_margin: float = 0.0, rng=None, false_pages_per_30_days: float = 1.0,
-                 window_seconds: float = 300.0, kappa: float = 1.0, traffic_swing: float = 0.0,
-                 slack_units: int = 0) -> None:
+                 window_seconds: float = 300.0, kappa: float = 1.0, traffic_swing: float = 0.0) -> None:
         if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
             raise ValueError(f"threshold must be a non-negative number or None, got {threshold!r}")
         if not (math.isfinite(false_pages_per_30_days) and false_pages_per_30_days > 0):
@@ -146,11 +142,7 @@ class SurgeAlarm:
             raise ValueError(f"rate_margin must be a non-negative number, got {rate_margin!r}")
         if int(hold_windows) != hold_windows or hold_windows < 0:
             raise ValueError(f"hold_windows must be a non-negative integer, got {hold_windows!r}")
-        _check_slack(slack_units)
-        self._slack_units = int(slack_units)
-        # A rhythm reference widens the interval one unit moves a_i in (monitor.alarm.reference).
-        self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION + int(slack_units), drift=_BAND_UNITS,
-                                  rng=rng)
+        self.svt = AboveThreshold(epsilon_threshold, epsilon_page, width=RESOLUTION, drift=_BAND_UNITS, rng=rng)
         self.threshold = None if threshold is None else float(threshold)
         self.false_pages_per_30_days = float(false_pages_per_30_days)
         self.window_seconds = float(window_seconds)
@@ -195,7 +187,7 @@ class SurgeAlarm:
             band = band_around(baseline.rate)
             self.svt.width, self.svt.drift = RESOLUTION + band[1] + int(slack_units), 0
         else:
-            self.svt.width, self.svt.drift = RESOLUTION + self._slack_units, _BAND_UNITS
+            self.svt.width, self.svt.drift = RESOLUTION, _BAND_UNITS
         self.svt.start()
         self.run = int(run_id)
         self._band = None if baseline is None else band_around(baseline.rate)
@@ -252,14 +244,12 @@ class SurgeAlarm:
 
     def _derive(self, baseline: BaselineEstimate, variance_factor: float, rate_error: float, load: float | None) -> float:
         kappa = self.kappa if baseline.kappa is None else baseline.kappa
-        # With a daily profile the hour's expected flagged weight is the mean's times its
-        # factor (volume and make-up together); without one the traffic's swing is averaged.
-        events = baseline.events_per_window * (1.0 if load is None else load)
+        events, rate_error, swing = at_hour(baseline.events_per_window, rate_error, self.traffic_swing, load)
         return false_page_threshold(
-            rate=baseline.rate, events=events, rate_error=rate_error * (1.0 if load is None else 1.0 / load),
+            rate=baseline.rate, events=events, rate_error=rate_error,
             epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
             false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds,
-            kappa=kappa * variance_factor, swing=self.traffic_swing if load is None else 0.0)
+            kappa=kappa * variance_factor, swing=swing)
 
     def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True) -> AlarmAnswer:
         """Answer one window, in window order, from its count of flagged events (weight 1
