@@ -183,11 +183,6 @@ class RhythmReference:
         if len(self._ids) > 4 * max(1, sum(v[0].size for v in self._windows.values())) + 1024:
             self._compact()
 
-    def forget(self) -> None:
-        """Drop all history (a restart starts from the plain baseline statistic)."""
-        self._windows.clear()
-        self._ids.clear()
-
     def _unit_ids(self, entities: Sequence[str | None], n: int) -> np.ndarray:
         if not entities or any(e is None for e in entities):
             return np.full(n, -1, dtype=np.int64)  # each event its own unit
@@ -241,8 +236,8 @@ class RhythmReference:
     def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], np.ndarray]]]:
         """The mode and the prediction's parts, each (windows, their coefficients): public (the
         calendar and which windows the monitor released)."""
+        recent = self._last(index, self.recent_windows)
         if self.period is not None:
-            recent = self._last(index, self.recent_windows)
             shapes = [p for p in (self._day_shape(index - d * self.period) for d in range(1, SEASONAL_DAYS + 1)) if p]
             if len(recent) == self.recent_windows and shapes:
                 # The level now, plus the shape: at this hour minus the hour before, averaged over
@@ -254,13 +249,12 @@ class RhythmReference:
                 return "rhythm", parts
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the recent windows), so a rising hour is not a surge.
-        trend = self._last(index, self.recent_windows)
-        if 2 * len(trend) < self.recent_windows:
+        if 2 * len(recent) < self.recent_windows:
             return "baseline", []
-        x = np.asarray(trend, dtype=float)
+        x = np.asarray(recent, dtype=float)
         dx = x - x.mean()
         coef = 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
-        return "recent", [(trend, coef)]
+        return "recent", [(recent, coef)]
 
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
                 low_units: int) -> Comparison:
@@ -276,7 +270,7 @@ class RhythmReference:
             return Comparison(plain, "baseline", 1.0)
         variance = 1.0 + sum(float(np.dot(c, c)) for _, c in parts)
         lo, hi = -int(low_units), self.resolution
-        ids_now = self._unit_ids(entities, units.size) if entities else np.full(units.size, -1, dtype=np.int64)
+        ids_now = self._unit_ids(entities, units.size)
         # Events without an entity are units of their own: each term on its own, clipped.
         total = int(np.clip(units[ids_now < 0] - m, lo, hi).sum())
         n_units = len(self._ids)
