@@ -550,7 +550,7 @@ class Stage1:
                 created = np.where(untimed, -np.inf, created)
             else:
                 appended = np.minimum(created, first_close)
-            horizon = appended + self.size + self.lateness
+            horizon = store.horizon(appended)
             ok = ts < horizon
             if not ok.all():
                 for i in np.flatnonzero(~ok).tolist():

@@ -172,9 +172,9 @@ class WindowStore:
         """Close time of window ``index``: its end + allowed lateness."""
         return (index + 1) * self.size + self.allowed_lateness
 
-    def horizon(self, now: float) -> float:
+    def horizon(self, now: "float | np.ndarray") -> "float | np.ndarray":
         """Event times at or beyond this are too far in the future for a record appended
-        by ``now`` (stage 1 puts the log's bound on the append time in place of ``now``)."""
+        by ``now`` (stage 1 passes, per record, the log's bound on its append time)."""
         return now + self.size + self.allowed_lateness
 
     def add_one(

@@ -154,11 +154,11 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     from monitor.budget.accountant import BudgetAccountant
     from monitor.budget.ledger import WindowLedger
     from monitor.lockfile import LedgerInUse, LedgerLock
-    from monitor.release import WindowReleaser
-    from monitor.stream.alerts import headline
     from monitor.pipeline.events import EventSchema, InvalidEvent
+    from monitor.pipeline.publisher import headline
     from monitor.pipeline.service import load_model
     from monitor.pipeline.windows import WindowStore
+    from monitor.release import WindowReleaser
 
     if config.stream.timestamp_field is None:
         raise MonitorError("replay needs event times in the events: set stream.timestamp_field (a file has no Kafka timestamps)")
