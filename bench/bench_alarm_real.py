@@ -31,6 +31,7 @@ docs/benchmarks/alarm-real.md for the time; ``--seeds 1 --sets 2_annthyroid`` fo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -127,33 +128,46 @@ def _keys(X: np.ndarray) -> np.ndarray:
     return X.view(np.dtype((np.void, X.dtype.itemsize * X.shape[1]))).reshape(-1)
 
 
-def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
-               levels: np.ndarray, kappa: float | None = None) -> dict:
-    """One day through WindowReleaser; per window the state, the events and the exact flagged count at each level.
-    ``kappa`` (a diagnostic, not private) replaces the threshold's kappa from the model's calibration."""
+@contextlib.contextmanager
+def fresh_releaser(config: MonitorConfig, model, seed: int):
+    """A production WindowReleaser on a fresh ledger (seeded noise): (releaser, accountant)."""
     with tempfile.TemporaryDirectory() as tmp:
         ledger = WindowLedger(Path(tmp) / "ledger.sqlite")
         b = config.budget
         accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
-        releaser = WindowReleaser(config, accountant, model, rng=seed)
+        try:
+            yield WindowReleaser(config, accountant, model, rng=seed), accountant
+        finally:
+            ledger.close()
+
+
+def released_windows(releaser: WindowReleaser, model, traffic, surges):
+    """Every window of ``traffic`` through ``releaser``, in order: (index, rows, their scores, alert record).
+    Scored here, not read back from the releaser's last call: a page's report scores other
+    rows too (the model's synthetic sample) after the window's."""
+    size = releaser.config.window.size_seconds
+    for i in range(traffic.n_windows):
+        X, entities, _ = traffic.window(i, surges)
+        scores = model.score_samples(X)
+        window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
+        yield i, X, scores, json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
+
+
+def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
+               levels: np.ndarray, kappa: float | None = None) -> dict:
+    """One day through WindowReleaser; per window the state, the events and the exact flagged count at each level.
+    ``kappa`` (a diagnostic, not private) replaces the threshold's kappa from the model's calibration."""
+    with fresh_releaser(config, model, seed) as (releaser, accountant):
         if kappa is not None:
             releaser.alarm.kappa = kappa
-        size = config.window.size_seconds
         states, n, F, thresholds, epsilons = [], [], [], [], []
-        for i in range(traffic.n_windows):
-            X, entities, _ = traffic.window(i, surges)
-            # Scored here, not read back from the releaser's last call: a page's report scores
-            # other rows too (the model's synthetic sample) after the window's.
-            scores = model.score_samples(X)
-            window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
-            rec = json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
+        for _, X, scores, rec in released_windows(releaser, model, traffic, surges):
             states.append(rec["alarm_detail"]["state"])
             thresholds.append(rec["alarm_detail"].get("threshold"))
             epsilons.append(rec["epsilon"])
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
-        day_spent = accountant.spent(traffic.n_windows * size)[0]
-        ledger.close()
+        day_spent = accountant.spent(traffic.n_windows * config.window.size_seconds)[0]
     return {"states": states, "n": np.array(n), "F": np.array(F), "spent": day_spent, "thresholds": thresholds,
             "alarm_threshold": releaser.level_hi}
 

@@ -49,15 +49,13 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alarm_real import LEVELS, CachedScores, datasets, fit_model, load_set, make_config  # noqa: E402
+from bench_alarm_real import (LEVELS, CachedScores, datasets, fit_model, fresh_releaser, load_set,  # noqa: E402
+                             make_config, released_windows)
 from report import REPO, write_section  # noqa: E402
 
-from monitor.budget import BudgetAccountant, WindowLedger  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.rhythm import Rhythm  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
-from monitor.release import WindowReleaser  # noqa: E402
-from monitor.pipeline.windows import ClosedWindow  # noqa: E402
 
 SCALES = [(1500, 0.05), (10_000, 0.01)]
 RHYTHMS = ["stationary", "wave 0.25", "wave 0.5", "wave 1.0", "switch 0.5", "weekly 0.5"]
@@ -119,28 +117,16 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
            levels: np.ndarray, pool_flags: np.ndarray, pool_weight: np.ndarray) -> dict:
     """Consecutive days through one WindowReleaser (one ledger): per window the alarm's state,
     the events, the exact flagged count per level, and the TRUE normal rate per level and of the alarm's weight."""
-    with tempfile.TemporaryDirectory() as tmp:
-        ledger = WindowLedger(Path(tmp) / "ledger.sqlite")
-        b = config.budget
-        accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
-        releaser = WindowReleaser(config, accountant, model, rng=seed)
-        size = config.window.size_seconds
-        wpd = traffic.windows_per_day
+    with fresh_releaser(config, model, seed) as (releaser, accountant):
         states, n, F, R, W = [], [], [], [], []
-        for i in range(traffic.n_windows):
-            X, entities, _ = traffic.window(i, surges)
-            # Scored here, not read back from the releaser's last call: a page's report scores
-            # other rows too (the model's synthetic sample) after the window's.
-            scores = model.score_samples(X)
-            window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
-            rec = json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
+        for i, X, scores, rec in released_windows(releaser, model, traffic, surges):
             states.append(rec["alarm_detail"]["state"])
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
             R.append(traffic.expected(i, pool_flags))
             W.append(float(traffic.expected(i, pool_weight)))
-        spent = [accountant.spent((d + 1) * wpd * size)[0] for d in range(traffic.days)]
-        ledger.close()
+        day = traffic.windows_per_day * config.window.size_seconds
+        spent = [accountant.spent((d + 1) * day)[0] for d in range(traffic.days)]
     return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W), "spent": spent}
 
 
