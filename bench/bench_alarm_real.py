@@ -185,8 +185,10 @@ def exact_constants(n: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> n
     return out
 
 
-def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int, quiet: bool = True,
-            kind: str = "rows", traffic_kappa: bool = False) -> dict:
+def fit_set(base: MonitorConfig, name: str, seed: int):
+    """A set as every alarm benchmark fits it: its config, the model, its cached scores, the
+    traffic pools and bounds, the normal rows' scores, the exact levels (LEVELS of normal
+    events above each) and the real flagged share at ``alarm.contamination``."""
     R, T, A, bounds = load_set(name, seed)
     with tempfile.TemporaryDirectory() as tmp:
         config = make_config(base, bounds, Path(tmp) / "unused.sqlite")
@@ -194,8 +196,14 @@ def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int
     cached = CachedScores(model, [T, A])
     normal_scores = cached.score_samples(T)
     levels = np.quantile(normal_scores, 1.0 - np.array(LEVELS))
-    p = (normal_scores[:, None] > levels[None, :]).mean(axis=0)  # the EXACT normal rate at each level
     flagged_share = float((normal_scores > model.threshold_for(config.alarm.contamination)).mean())
+    return config, model, cached, T, A, bounds, normal_scores, levels, flagged_share
+
+
+def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int, quiet: bool = True,
+            kind: str = "rows", traffic_kappa: bool = False) -> dict:
+    config, model, cached, T, A, bounds, normal_scores, levels, flagged_share = fit_set(base, name, seed)
+    p = (normal_scores[:, None] > levels[None, :]).mean(axis=0)  # the EXACT normal rate at each level
     kappa = None
     if traffic_kappa:  # the diagnostic: the traffic's own E[w^2] / E[w] (an oracle, not private)
         from monitor.alarm.calibrate import alarm_levels, graded_weights

@@ -41,7 +41,6 @@ import argparse
 import json
 import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,8 +48,8 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alarm_real import (LEVELS, CachedScores, datasets, fit_model, fresh_releaser, load_set,  # noqa: E402
-                             make_config, released_windows)
+from bench_alarm_real import LEVELS, CachedScores, datasets, fresh_releaser, released_windows  # noqa: E402
+from bench_alarm_real import fit_set as fit_real_set  # noqa: E402
 from report import REPO, write_section  # noqa: E402
 
 from monitor.config import MonitorConfig, load_config  # noqa: E402
@@ -199,16 +198,9 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
 
 
 def fit_set(base: MonitorConfig, name: str, seed: int):
-    R, T, A, bounds = load_set(name, seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        config = make_config(base, bounds, Path(tmp) / "unused.sqlite")
-    model = fit_model(config, R, seed)
-    cached = CachedScores(model, [T, A])
-    normal_scores = cached.score_samples(T)
-    levels = np.quantile(normal_scores, 1.0 - np.array(LEVELS))
+    config, model, cached, T, A, bounds, normal_scores, levels, flagged_share = fit_real_set(base, name, seed)
     pool_flags = (normal_scores[:, None] > levels[None, :]).astype(float)
     pool_weight = alarm_weights(model, config, normal_scores)
-    flagged_share = float((normal_scores > model.threshold_for(config.alarm.contamination)).mean())
     return config, cached, T, A, bounds, levels, pool_flags, pool_weight, flagged_share
 
 
