@@ -85,6 +85,19 @@ def set_key(config: Path, section: str, key: str, value) -> None:
 
 
 @pytest.mark.parametrize("server", ["127.0.0.1:{port}", "no-such-host.invalid:9092"])
+def _own_topic(config: Path, bootstrap: str, **sections) -> str:
+    """Point ``config`` at the shared test broker with an input topic and group of its own
+    (other tests use the same broker); ``sections`` replace whole config sections. Returns
+    the topic."""
+    data = yaml.safe_load(config.read_text())
+    data["stream"]["bootstrap_servers"] = bootstrap
+    topic = data["stream"]["input_topic"] = f"fh-{os.getpid()}-{time.monotonic_ns()}.events"
+    data["stream"]["group_id"] = topic + "-group"
+    data.update(sections)
+    config.write_text(yaml.safe_dump(data))
+    return topic
+
+
 def test_unreachable_broker_is_one_line_and_exit_2_within_the_timeout(workdir, server):
     set_key(workdir / "config.yaml", "stream", "connect_timeout_seconds", 2)
     t0 = time.monotonic()
@@ -174,11 +187,7 @@ def test_embedded_run_says_what_it_costs_and_a_second_monitor_cannot_share_its_l
 
 def test_misspelt_field_and_sentinel_values_are_warned_about_in_the_log(workdir, kafka_bootstrap):
     config = workdir / "config.yaml"
-    set_key(config, "stream", "bootstrap_servers", kafka_bootstrap)
-    data = yaml.safe_load(config.read_text())
-    topic = data["stream"]["input_topic"] = f"fh-{os.getpid()}-{time.monotonic_ns()}.events"
-    data["stream"]["group_id"] = topic + "-group"
-    config.write_text(yaml.safe_dump(data))
+    topic = _own_topic(config, kafka_bootstrap)
     log = workdir / "run.log"
     proc = start_monitor("run", cwd=workdir, log=log)
     try:
@@ -431,11 +440,7 @@ def test_an_iso_timestamp_in_the_future_is_logged_with_its_cause(workdir, kafka_
     import datetime
 
     config = workdir / "config.yaml"
-    data = yaml.safe_load(config.read_text())
-    data["stream"]["bootstrap_servers"] = kafka_bootstrap
-    topic = data["stream"]["input_topic"] = f"fh-{os.getpid()}-{time.monotonic_ns()}.events"
-    data["stream"]["group_id"] = topic + "-group"
-    config.write_text(yaml.safe_dump(data))
+    topic = _own_topic(config, kafka_bootstrap)
     log = workdir / "run.log"
     proc = start_monitor("run", cwd=workdir, log=log)
     try:
@@ -494,12 +499,9 @@ def test_producer_first_then_monitor_starts_in_its_own_window_and_warms_up_once(
     from tests.streamkit import EventPacer, ledger_rows
 
     config = workdir / "config.yaml"
+    topic = _own_topic(config, kafka_bootstrap,
+                       alarm={"enabled": True, "baseline_warmup_seconds": 6.0})  # the warm-up estimate after 3 windows
     data = yaml.safe_load(config.read_text())
-    data["stream"]["bootstrap_servers"] = kafka_bootstrap
-    topic = data["stream"]["input_topic"] = f"fh-{os.getpid()}-{time.monotonic_ns()}.events"
-    data["stream"]["group_id"] = topic + "-group"
-    data["alarm"] = {"enabled": True, "baseline_warmup_seconds": 6.0}  # the warm-up estimate after 3 windows
-    config.write_text(yaml.safe_dump(data))
     size, lateness = data["window"]["size_seconds"], data["window"]["allowed_lateness_seconds"]
     pacer = EventPacer(kafka_bootstrap, topic, rate=100, seed=37).start()
     try:
