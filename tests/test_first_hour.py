@@ -81,10 +81,6 @@ def set_key(config: Path, section: str, key: str, value) -> None:
     config.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
-# ---------------------------------------------------------------- 1. the broker is not there
-
-
-@pytest.mark.parametrize("server", ["127.0.0.1:{port}", "no-such-host.invalid:9092"])
 def _own_topic(config: Path, bootstrap: str, **sections) -> str:
     """Point ``config`` at the shared test broker with an input topic and group of its own
     (other tests use the same broker); ``sections`` replace whole config sections. Returns
@@ -98,6 +94,10 @@ def _own_topic(config: Path, bootstrap: str, **sections) -> str:
     return topic
 
 
+# ---------------------------------------------------------------- 1. the broker is not there
+
+
+@pytest.mark.parametrize("server", ["127.0.0.1:{port}", "no-such-host.invalid:9092"])
 def test_unreachable_broker_is_one_line_and_exit_2_within_the_timeout(workdir, server):
     set_key(workdir / "config.yaml", "stream", "connect_timeout_seconds", 2)
     t0 = time.monotonic()
