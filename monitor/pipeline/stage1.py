@@ -302,9 +302,11 @@ class Stage1:
                     if cut is None:
                         break
                 elif cut is None:
-                    if now < close + CUT_TIMEOUT_S:
+                    stopping = self.service._stop.is_set()
+                    if now < close + CUT_TIMEOUT_S and not stopping:
                         break  # the watcher records it within milliseconds of the close
-                    cut = self._fallback_cut(tp, n)
+                    # Overdue (worth a warning), or a stop (the watcher has stopped): the same rule as _await_cuts.
+                    cut = self._fallback_cut(tp, n, warn=not stopping)
                     if cut is None:
                         break
                 if position is None:
