@@ -190,8 +190,11 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                 s = runs["surge"]
                 starts = np.array(s["surges"], dtype=int)
                 stat = s["F"][starts] - s["r"][starts] * s["n"][starts, None]
+                later = starts >= wpd  # from the second day on: the alarm has seen a day of the rhythm
                 r.update(surges=int(starts.size), private_first=sum(s["states"][i] == "fired" for i in starts),
                          exact_first=(stat >= C["surge"][None, :]).sum(axis=0).tolist(),
+                         surges_day2=int(later.sum()), private_first_day2=sum(s["states"][i] == "fired" for i in starts[later]),
+                         exact_first_day2=(stat[later] >= C["surge"][None, :]).sum(axis=0).tolist(),
                          surge_suppressed=s["states"].count("suppressed"),
                          surge_pages=s["states"].count("fired"))
             yield r
@@ -215,8 +218,9 @@ def _range(values) -> str:
 def summarise(results: list[dict]) -> str:
     lines = ["| scale | rhythm | flagged weight's swing (max / mean) | quiet days | false pages | per 30 days | "
              "from day 2: per 30 days | windows answered / suppressed | epsilon in a quiet run's day (max) | exact false pages "
-             "| surges | private, window 1 | exact, best level per set | private / exact | surge runs: windows suppressed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| surges | private, window 1 | exact, best level per set | private / exact | from day 2: private / exact "
+             "| surge runs: windows suppressed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {label: k for k, label in enumerate(dict.fromkeys(r["rhythm"] for r in results))}
     for people, share in sorted({(r["people"], r["share"]) for r in results}):
         for label in sorted({r["rhythm"] for r in results}, key=order.get):
@@ -239,10 +243,17 @@ def summarise(results: list[dict]) -> str:
             exact_best = int(sum(by_set[k][best[k]] for k in by_set))
             exact_fp = sum(r["exact_false"][best.get(r["set"], LEVELS.index(0.01))] for r in q)
             priv = sum(r["private_first"] for r in s)
+            # The same from the second day of each surge run on, at the level chosen above (legacy results: "-").
+            if s and all("private_first_day2" in r for r in s):
+                priv2 = sum(r["private_first_day2"] for r in s)
+                exact2 = sum(r["exact_first_day2"][best[r["set"]]] for r in s)
+                day2 = f"{priv2} / {exact2} = {priv2 / max(exact2, 1):.2f}"
+            else:
+                day2 = "-"
             lines.append(
                 f"| {people:,} / {share:.0%} | {label} | {_range([r['swing'] for r in q])} | {qd:.0f} | {fp} | {per30} | {later} | "
                 f"{ans} / {sup} | {max((r['quiet_epsilon'] for r in q), default=float('nan')):.2f} | {exact_fp} | "
-                f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} | "
+                f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} | {day2} | "
                 f"{sum(r['surge_suppressed'] for r in s)} |")
     return "\n".join(lines)
 

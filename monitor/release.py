@@ -267,8 +267,12 @@ class WindowReleaser:
                 self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))
 
-        if self.reference is not None:  # every window, warm-up included; a page is marked for the day-old sets
-            self.reference.learn_one(index, units, window.entities, paged=answer.alarm)
+        if self.reference is not None:
+            # Every window, warm-up included. A page given while the day's shape was known is
+            # marked, so the day-old sets leave it out; one given before (the first day's
+            # trend paging at a shift change) is the day's shape and stays in.
+            self.reference.learn_one(index, units, window.entities,
+                                     paged=answer.alarm and answer.compared_with == "rhythm")
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
         # and still leaves room for the next alarm run and report.reserve_pages pages.

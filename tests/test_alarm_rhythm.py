@@ -160,20 +160,52 @@ def test_surge_alarm_noise_covers_the_run_interval():
     assert alarm.svt.width == R and alarm.svt.drift > 0  # a plain run, as before
 
 
+@pytest.mark.parametrize("direction", ["added", "removed"])
+def test_threshold_noise_covers_the_reach_and_page_noise_the_width(direction):
+    """Exact loss of the worst outcomes for the interval [-L, 1] (L < 1): the person moves
+    every quiet answer by +1 and the page by -L (or the reverse, when removed). Threshold
+    noise of scale max(1, L) / epsilon_threshold and page noise of (1 + L) / epsilon_page keep
+    every outcome within epsilon_threshold + epsilon_page; a threshold noise sized for half
+    the largest upward move does not."""
+    from test_alarm_graded import _log_prob
+
+    res, eps_t, eps_p = 64, 0.1, 2.0  # a cheap threshold: its shift dominates the loss
+    low = 37  # L = 0.58, as for tau 0.03 with slack 0.5
+    up, down = (res, -low) if direction == "added" else (low, -res)
+    alarm = SurgeAlarm(eps_t, eps_p, threshold=0.0, rng=0)
+    base = BaselineEstimate(rate=0.03, events_per_window=1500, span_start=0, span_end=86400, span_windows=288,
+                            epsilon=0.1)
+    alarm.open_run(1, base, slack_units=math.ceil(0.5 * R))
+    assert alarm.svt.reach == R and alarm.svt.width == R + alarm.low_units
+
+    def worst(reach):
+        losses = []
+        for quiet in (1, 50, 287):
+            here = [(0, False, quiet), (0, True, 1)]
+            there = [(up, False, quiet), (down, True, 1)]
+            losses.append(abs(_log_prob(here, reach / eps_t, (res + low) / eps_p)
+                              - _log_prob(there, reach / eps_t, (res + low) / eps_p)))
+        return max(losses)
+
+    assert worst(max(res, low)) <= eps_t + eps_p + 1e-9
+    assert worst(up // 2) > eps_t + eps_p + 0.05  # half the largest upward move: loss beyond the charge
+
+
 def test_slack_is_checked():
     with pytest.raises(ValueError, match="slack"):
         RhythmReference(300, recent_windows=2, slack=0.0)
 
 
 def _cells(tracker):
-    """The profile histogram the tracker would release: (sum w^2, sum w - w^2) per part of the day."""
-    return np.concatenate([tracker._bins[0], tracker._bins[1] - tracker._bins[0]])
+    """The two histograms the tracker would release: the total as (sum w^2, sum w - w^2), and
+    the clipped sum w per part of the day (the profile)."""
+    return np.array([tracker._squared, tracker._flagged - tracker._squared]), tracker._bins.copy()
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_profile_histogram_has_the_flagged_totals_sensitivity(seed):
-    """One person's clipped weight is split over the parts of the day: removing them moves the
-    released histogram by at most the span's cap in L1, however their flags fall (heavy all
+    """One person's clipped weight is split over the cells of each released histogram (the total's
+    two parts, the parts of the day): removing them moves each by at most the span's cap in L1, however their flags fall (heavy all
     day, partial weights, a cap reached mid-day)."""
     rng = np.random.default_rng(seed)
     people = [f"p{i}" for i in range(30)]
@@ -192,10 +224,11 @@ def test_profile_histogram_has_the_flagged_totals_sensitivity(seed):
             full.learn_one(w * 900, (w + 1) * 900, weights, ents)
             keep = [i for i, e in enumerate(ents) if e != gone]
             less.learn_one(w * 900, (w + 1) * 900, weights[keep], [ents[i] for i in keep])
-        moved = np.abs(_cells(full) - _cells(less)).sum()
-        assert moved <= cap + 1e-9
-        assert np.all(_cells(full) >= -1e-12) and np.all(_cells(less) >= -1e-12)
-    assert np.abs(_cells(full)).sum() == pytest.approx(full._flagged)
+        for here, there in zip(_cells(full), _cells(less)):  # each histogram: the total's sensitivity
+            assert np.abs(here - there).sum() <= cap + 1e-9
+            assert np.all(here >= -1e-12) and np.all(there >= -1e-12)
+    total, profile = _cells(full)
+    assert total.sum() == pytest.approx(full._flagged) and profile.sum() == pytest.approx(full._flagged)
 
 
 def test_released_profile_follows_the_day():
@@ -310,9 +343,11 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge():
         groups = [(q - T, False, 1) for q in statistics[:first_page]]
         return groups + ([(statistics[first_page] - T, True, 1)] if first_page < len(statistics) else [])
 
+    reach = max(res, top + slack)  # as SurgeAlarm.open_run sizes the threshold's noise
+
     def loss(case):
-        return max(abs(_log_prob(outcome(stats[case], k), width / eps_t, width / eps_p)
-                       - _log_prob(outcome(stats["without"], k), width / eps_t, width / eps_p))
+        return max(abs(_log_prob(outcome(stats[case], k), reach / eps_t, width / eps_p)
+                       - _log_prob(outcome(stats["without"], k), reach / eps_t, width / eps_p))
                    for k in range(len(stats["without"]) + 1))
 
     moves = np.array(stats["with"]) - np.array(stats["without"])
@@ -346,3 +381,62 @@ def test_a_day_that_spent_the_budget_does_not_silence_the_days_after(tmp_path, v
         states.append(json.loads(releaser.release(w, released_at=(i + 1) * 900.0).entry.payload)["alarm_detail"]["state"])
     assert "suppressed" in states[:96]  # the first day's pages spent the budget
     assert {"quiet", "fired"} & set(states[2 * 96:])  # the third day is answered again
+
+
+def test_only_pages_against_a_known_day_shape_are_left_out_of_later_days(tmp_path, vitals_model):
+    """The first day's pages (the trend, before the day's shape is known) stay in the day-old
+    sets; pages given in the rhythm mode are marked for them to leave out."""
+    config = parse_config({
+        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+        "stream": {"entity_field": "device_id"},
+        "window": {"size_seconds": 900},
+        "alarm": {"baseline_warmup_seconds": 3600, "run_seconds": 86400},
+        "report": {"on_alarm": False},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 40.0, "accountant": "basic"},
+    })
+    b = config.budget
+    accountant = BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds, b.accountant)
+    releaser = WindowReleaser(config, accountant, vitals_model, rng=5)
+    marked = {}
+    learn = releaser.reference.learn_one
+
+    def spy(index, units, entities, paged=False):
+        marked[index] = paged
+        return learn(index, units, entities, paged=paged)
+
+    releaser.reference.learn_one = spy
+    traffic = Traffic(people=400, days=2, seed=3, window_seconds=900)
+    surges = [Surge(start=w, windows=1, share=0.3, kind="clustered", center=(84.0, 150.0)) for w in (30, 60, 130, 170)]
+    details = []
+    for i in range(2 * 96):
+        X, entities, _ = traffic.window(i, surges)
+        w = ClosedWindow(i * 900.0, (i + 1) * 900.0, X, np.zeros(0, bool), (), tuple(entities))
+        details.append(json.loads(releaser.release(w, released_at=(i + 1) * 900.0).entry.payload)["alarm_detail"])
+    paging = {i: d["compared_with"] for i, d in enumerate(details) if d["state"] in ("fired", "held")}
+    assert {"recent", "rhythm"} <= set(paging.values())  # pages before and after the day's shape was known
+    assert all(marked[i] == (mode == "rhythm") for i, mode in paging.items())
+    assert not any(marked[i] for i in range(len(details)) if i not in paging)
+
+
+def test_a_refresh_whose_rate_is_unusable_keeps_the_previous_estimate_in_use():
+    """A small fleet's daily span can release a rate of 0 (its noise larger than the count): the
+    estimate in use stays the previous usable one instead of the alarm warming up for a day.
+    The released estimate is still what the refresh returns (it is published)."""
+    rng = np.random.default_rng(0)
+    kept = 0
+    for seed in range(40):
+        tracker = BaselineTracker(0.02, 1.0, 900, 3600, 86400, flag_cap=16, epsilon_warmup=5.0, release_kappa=True,
+                                  profile_bins=24, rng=seed)
+        for w in range(4 + 96):
+            ents = [f"p{i}" for i in range(60)]
+            weights = (rng.random(60) < 0.02).astype(float)
+            tracker.learn_one(w * 900, (w + 1) * 900, weights, ents)
+            if tracker.due((w + 1) * 900):
+                before = tracker.estimate
+                released = tracker.release((w + 1) * 900)
+                if before is not None and before.rate > 0 and released.rate == 0.0:
+                    assert tracker.estimate is before and not tracker.warming_up
+                    kept += 1
+                else:
+                    assert tracker.estimate is released
+    assert kept >= 3  # the case happened, and each time the usable estimate stayed

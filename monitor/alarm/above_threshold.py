@@ -11,7 +11,7 @@ intervals of a run's queries may differ (tau follows a baseline) as long as each
 [-m_i, width - m_i] with every m_i of the run in one band [m_lo, m_lo + drift] inside
 [0, width]: ``drift`` is that band's width.
 
-Guarantee, per outcome. With threshold noise of scale width / epsilon_threshold and
+Guarantee, per outcome. With threshold noise of scale reach / epsilon_threshold and
 query noise of scale (width + drift) / epsilon_positive, every output sequence o with k(o)
 positive answers has
 
@@ -21,7 +21,13 @@ for neighbouring D, D' (Lyu, Su, Li 2017, proof of Theorem 2: shift the threshol
 by the largest upward move s = max_i (width - m_i) <= width, which keeps every negative
 answer, and each positive answer's noise by s - move_i, at most
 (width - m_lo) + (m_lo + drift) = width + drift; not twice a sensitivity as for
-arbitrary +-Delta queries). With drift = 0 (one tau for the whole run) that is the
+arbitrary +-Delta queries). ``reach`` bounds the move in either direction: the proof runs
+from D to D' and from D' to D, and the threshold noise is shifted by the largest move in the
+direction at hand, at most max(width - m_lo, m_lo + drift) <= width. For the interval
+[-L, 1] of the rhythm reference's clipped terms (width 1 + L, L < 1) the threshold noise
+needs scale 1 / epsilon_threshold, not (1 + L) / epsilon_threshold; the positive answers
+still need width + drift (a move of +1 on the quiet answers and -L on a positive one).
+With drift = 0 (one tau for the whole run) that is the
 plain width-1 argument; a tau that moved freely inside a run would need
 width + (tau_max - tau_min) per positive, which the run did not pay for. So a caller may pay as it goes:
 charge epsilon_threshold when the run starts and epsilon_positive with each positive
@@ -66,11 +72,15 @@ class AboveThreshold:
     drift:
         How far the intervals of one run's queries may be offset from one another (see
         the module docstring), in the same units; the positive answers' noise covers it.
+    reach:
+        The largest move of a query in either direction (at most ``width``, at least half
+        of it), in the same units; the threshold noise covers it. None: ``width``.
     rng:
         None in production (OpenDP, OS randomness); a seed for tests.
     """
 
-    def __init__(self, epsilon_threshold: float, epsilon_positive: float, width: int, drift: int = 0, rng=None) -> None:
+    def __init__(self, epsilon_threshold: float, epsilon_positive: float, width: int, drift: int = 0,
+                 reach: int | None = None, rng=None) -> None:
         for name, value in (("epsilon_threshold", epsilon_threshold), ("epsilon_positive", epsilon_positive)):
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
@@ -79,9 +89,11 @@ class AboveThreshold:
         if int(drift) != drift or not 0 <= drift <= width:
             raise ValueError(f"drift must be an integer in [0, width], got {drift!r}")
         self.epsilon_threshold = float(epsilon_threshold)
+        self.reach = width if reach is None else reach
         self.epsilon_positive = float(epsilon_positive)
         self.width = int(width)
         self.drift = int(drift)
+        self.reach = _checked_reach(self.reach, self.width)
         self._noise: NoiseSource = noise_source(rng)
         self._rho: int | None = None
         self.positives = 0
@@ -93,7 +105,7 @@ class AboveThreshold:
 
     @property
     def threshold_scale(self) -> float:
-        return self.width / self.epsilon_threshold
+        return self.reach / self.epsilon_threshold
 
     @property
     def query_scale(self) -> float:
@@ -124,3 +136,10 @@ class AboveThreshold:
         if above:
             self.positives += 1
         return bool(above)
+
+
+def _checked_reach(reach: int, width: int) -> int:
+    # An interval of width ``width`` that contains 0 reaches at least width / 2 on one side.
+    if int(reach) != reach or not width <= 2 * reach <= 2 * width:
+        raise ValueError(f"reach must be an integer in [width / 2, width] = [{width / 2}, {width}], got {reach!r}")
+    return int(reach)

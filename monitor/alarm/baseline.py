@@ -68,6 +68,10 @@ __all__ = ["BaselineEstimate", "BaselineTracker", "profile_load", "PROFILE_HARMO
 
 # Harmonics of the day a released profile keeps: a day and night, two shifts, three meals.
 PROFILE_HARMONICS = 3
+# The share of a span's flagged epsilon spent on its profile; the rest releases the total. The
+# total summed from the profile's cells carried the noise of all 48 of them: at 400 people a
+# window a day's rate came out 0 and the alarm warmed up again for a day.
+PROFILE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,7 @@ class BaselineTracker:
         self._squared = 0.0  # the clipped weight's sum(w^2) part (w times each counted share)
         self._events = 0
         self._parts = np.zeros(self.n_parts)
-        self._bins = np.zeros((2, self.profile_bins))  # per part of the day: clipped sum w^2, sum w
+        self._bins = np.zeros(self.profile_bins)  # per part of the day: the clipped sum w
 
     @property
     def _next_epsilon_flagged(self) -> float:
@@ -220,8 +224,12 @@ class BaselineTracker:
         if self.flag_cap is None or self.warming_up:
             return self.flag_cap
         windows = span_windows(self.refresh_seconds, self.window_seconds)
-        return span_flag_cap(self.flag_cap, self.epsilon_flagged, windows, self.estimate.events_per_window,
-                             self.estimate.rate)
+        return span_flag_cap(self.flag_cap, self._total_epsilon(self.epsilon_flagged), windows,
+                             self.estimate.events_per_window, self.estimate.rate)
+
+    def _total_epsilon(self, epsilon_flagged: float) -> float:
+        """The part of a span's flagged epsilon that releases its total (the rest, its profile)."""
+        return epsilon_flagged * (1.0 - PROFILE_SHARE) if self.profile_bins else epsilon_flagged
 
     def span_bounds(self) -> tuple[float, float] | None:
         """[start, scheduled end) of the span being accumulated, or None before the first window."""
@@ -276,8 +284,7 @@ class BaselineTracker:
         # split over the parts, so the profile's L1 sensitivity is the flagged total's.
         if self.profile_bins:
             b = int((float(window_start) % 86400.0) // (86400.0 / self.profile_bins))
-            self._bins[0, b] += self._squared - before[0]
-            self._bins[1, b] += self._flagged - before[1]
+            self._bins[b] += self._flagged - before[1]
 
     @property
     def _releases_profile(self) -> bool:
@@ -293,7 +300,12 @@ class BaselineTracker:
 
         Guarantee: (``epsilon`` as read before the call, 0)-DP for neighbours that differ by
         one privacy unit contributing at most one event per window of the span (or by
-        one event, without ``flag_cap``).
+        one event, without ``flag_cap``): the flagged total, its profile over the day (with
+        ``profile_bins``) and the event count, each a Laplace release of sensitivity the
+        span's cap (or ``span_windows``), at epsilons that add up to ``epsilon``.
+
+        Returns the released estimate; it becomes ``estimate``, the one in use, unless its rate
+        is unusable where the previous one's was not (``_keeps_previous``).
         """
         assert self._span_start is not None, "release() before any window"
         # Scheduled windows, not the windows seen: a gap (downtime) must not lower the
@@ -305,28 +317,30 @@ class BaselineTracker:
         epsilon, eps_flagged = self.epsilon, self._next_epsilon_flagged
         kappa = None
         profile = self.estimate.profile if self.estimate is not None else None
-        scale = flagged_sensitivity / eps_flagged
-        # The flagged total as one histogram, L1 sensitivity = the total's: split into (sum w^2,
-        # sum w - w^2) for kappa, and into the parts of the day for the profile. Its cells add up.
-        cells = (np.array([[self._squared], [self._flagged - self._squared]]) if not self._releases_profile
-                 else np.array([self._bins[0], self._bins[1] - self._bins[0]]))
+        # Two histograms, each of L1 sensitivity the flagged total's (a unit's clipped weight is
+        # split over its cells): the total as (sum w^2, sum w - w^2), for kappa, at most of the
+        # epsilon, and the total per part of the day (the profile) at the rest.
+        eps_total = self._total_epsilon(eps_flagged) if self._releases_profile else eps_flagged
+        scale = flagged_sensitivity / eps_total
+        cells = np.array([self._squared, self._flagged - self._squared])
         if not self.release_kappa:
-            cells = cells.sum(axis=0, keepdims=True)
-        noisy = np.atleast_1d(self._noise.laplace(scale, center=cells.reshape(-1))).reshape(cells.shape)
+            cells = cells.sum(keepdims=True)
+        noisy = np.atleast_1d(self._noise.laplace(scale, center=cells))
         flagged = float(noisy.sum())
         if self.release_kappa:
-            kappa = kappa_upper(float(noisy[0].sum()), flagged, scale * math.sqrt(noisy.shape[1]))
+            kappa = kappa_upper(float(noisy[0]), flagged, scale)
         if self._releases_profile:
             # Post-processing: the day's shape up to PROFILE_HARMONICS harmonics (most of the
             # noise is in the rest), raised by one standard deviation of what noise is left.
-            per_bin = noisy.sum(axis=0)
+            scale_profile = flagged_sensitivity / (eps_flagged - eps_total)
+            per_bin = np.atleast_1d(self._noise.laplace(scale_profile, center=self._bins.copy()))
             keep = min(PROFILE_HARMONICS, self.profile_bins // 2)
             spectrum = np.fft.rfft(per_bin)
             spectrum[keep + 1:] = 0.0
             smooth = np.fft.irfft(spectrum, n=self.profile_bins)
             left = math.sqrt(min(1.0, (2 * keep + 1) / self.profile_bins))
-            upper = smooth + scale * math.sqrt(2.0 * noisy.shape[0]) * left
-            profile = _profile(upper, flagged / self.profile_bins)
+            upper = smooth + scale_profile * math.sqrt(2.0) * left
+            profile = _profile(upper, float(per_bin.sum()) / self.profile_bins)
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         normal_parts = self.estimate.normal_parts if self.estimate is not None else None
         if self._releases_parts:
@@ -340,23 +354,35 @@ class BaselineTracker:
         else:
             rate = self.estimate.rate if self.estimate is not None else 0.0
         per_window = max(0.0, events / w)
-        error = baseline_rate_error(rate, per_window, w, eps_flagged, self.epsilon_events, flagged_sensitivity,
+        error = baseline_rate_error(rate, per_window, w, eps_total, self.epsilon_events, flagged_sensitivity,
                                     events_sensitivity, flagged_parts=int(noisy.size))
-        self.estimate = BaselineEstimate(
+        released = BaselineEstimate(
             rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
             span_windows=w, epsilon=epsilon, rate_error=error, normal_parts=normal_parts, flag_cap=cap, kappa=kappa,
             profile=profile,
         )
+        if not self._keeps_previous(released):
+            self.estimate = released
         self._released += 1
         self.refit_reason = None
         self.skip()
-        return self.estimate
+        return released
+
+    def _keeps_previous(self, released: BaselineEstimate) -> bool:
+        """A refresh whose rate came out unusable (0: its noise was larger than the count, which
+        a small fleet's daily span can give) while the traffic is still there leaves the previous
+        usable estimate in use, rather than silencing the alarm until the next refresh (public:
+        released values only)."""
+        old = self.estimate
+        return (old is not None and baseline_problem(old.rate, old.events_per_window) is None
+                and baseline_problem(released.rate, released.events_per_window) is not None
+                and baseline_problem(old.rate, released.events_per_window) is None)
 
     def skip(self) -> None:
         """Drop the current span unreleased (the budget could not pay for it)."""
         self._span_start, self._flagged, self._squared, self._events = None, 0.0, 0.0, 0
         self._parts = np.zeros(self.n_parts)
-        self._bins = np.zeros((2, self.profile_bins))
+        self._bins = np.zeros(self.profile_bins)
         self._per_unit.clear()
 
     def resume(self, estimate: BaselineEstimate | None) -> None:

@@ -47,7 +47,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import gammaincc, ndtr
 
-from monitor.alarm.units import BAND_UNITS, RESOLUTION, band_around
+from monitor.alarm.units import BAND_UNITS, RESOLUTION, rhythm_interval
 
 __all__ = [
     "alarm_levels",
@@ -354,8 +354,8 @@ def at_hour(events: float, rate_error: float, swing: float, load: float | None) 
 
 def _terms(settings, rate: float, events: float, rate_error: float, kappa: float, load: float | None) -> dict:
     """The threshold's inputs as the alarm derives them (``SurgeAlarm._derive``): against the
-    rhythm reference (``alarm.follow_rhythm``) in its rhythm mode, the run's slack widens both
-    noises, the prediction adds its variance and the baseline's rate error drops out; with a
+    rhythm reference (``alarm.follow_rhythm``) in its rhythm mode, the run's slack widens the
+    pages' noise, the prediction adds its variance and the baseline's rate error drops out; with a
     profile ``load`` the hour's expected count replaces the day's swing."""
     eps_t, eps_p = settings.epsilon_threshold, _page_epsilon(settings)
     events, rate_error, swing = at_hour(events, rate_error, settings.traffic_swing, load)
@@ -365,9 +365,9 @@ def _terms(settings, rate: float, events: float, rate_error: float, kappa: float
     from monitor.alarm.reference import rhythm_variance
 
     # The run's interval (``SurgeAlarm.open_run``): [-(top of the tau band + slack), 1], no drift.
-    width = RESOLUTION + band_around(rate)[1] + math.ceil(settings.rhythm_slack * RESOLUTION)
+    width, reach = rhythm_interval(rate, math.ceil(settings.rhythm_slack * RESOLUTION))
     return dict(rate=rate, events=events, rate_error=0.0,
-                epsilon_threshold=settings.epsilon_threshold * RESOLUTION / width,
+                epsilon_threshold=settings.epsilon_threshold * RESOLUTION / reach,
                 epsilon_page=settings.epsilon_page * RESOLUTION / width,
                 kappa=kappa * rhythm_variance(settings.recent_windows, settings.seasonal_windows), swing=swing)
 

@@ -24,8 +24,11 @@ Before a day of history, the least-squares line through the last ``recent_window
 extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
 Today's windows all count, paged or not: a lasting change (a shift that starts, new
 firmware) pages once and is learnt within the hour. The day-old sets leave out windows that
-paged or held, so a surge that paged is not a later day's normal, unless those are most of a
-set (a ramp that paged on the first day is the day's shape). Reaching further back for
+paged or held against a known day's shape (the caller marks them: ``learn_one(paged=...)``),
+so a surge that paged is not a later day's normal, unless those are most of a set. The first
+day's pages are not marked: before the day's shape is known the trend pages at a shift
+change, and leaving those windows out bent the next days' sets around the ramp (a false page
+there every day at 10,000 people). Reaching further back for
 unpaged windows instead was tried: around a ramp the sets then reached into the other regime
 and paged at the ramp every day. A surge that did not page at the same hour on the days
 before still lowers today's statistic there (a 3-window surge, by 0.3 of its size for each of
@@ -44,8 +47,8 @@ chosen from the public answers and the calendar). The clip puts each term in [-L
 interval of width 1 + L that contains 0, whatever B is and however it was rounded; the plain
 statistic's [-tau, 1 - tau] lies inside it for every tau of the run's band. So every query
 of a run moves within one interval, and AboveThreshold's argument (``AboveThreshold``: width
-1 + L, no drift) holds as for the plain statistic, at noise (1 + L) / (1 + TAU_BAND) times
-the plain run's. The three modes share that interval, so a run may move from one to the
+1 + L, no drift, reach max(1, L)) holds as for the plain statistic, at page noise
+(1 + L) / (1 + TAU_BAND) times the plain run's and the same threshold noise. The three modes share that interval, so a run may move from one to the
 next. The statistic's DATA never changes the mode: how much history there is counts the
 windows the monitor released, a public fact.
 
@@ -174,7 +177,8 @@ class RhythmReference:
 
     # -- history ----------------------------------------------------------------------
     def learn_one(self, index: int, units: np.ndarray, entities: Sequence[str | None], paged: bool = False) -> None:
-        """Remember window ``index`` after it was answered; ``paged``: it paged or held (public)."""
+        """Remember window ``index`` after it was answered; ``paged`` (public): it paged or held,
+        and the day-old sets should leave it out (``_day_shape``)."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
         keep_from = int(index) - SEASONAL_DAYS * (self.period or 0) - 4 * self.recent_windows - self.half_seasonal

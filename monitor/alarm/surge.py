@@ -57,7 +57,7 @@ from monitor.alarm.baseline import BaselineEstimate
 from monitor.alarm.calibrate import at_hour, false_page_threshold
 from monitor.alarm.reference import Comparison
 from monitor.alarm.units import BAND_UNITS as _BAND_UNITS
-from monitor.alarm.units import RESOLUTION, TAU_BAND, band_around, rate_units
+from monitor.alarm.units import RESOLUTION, TAU_BAND, band_around, rate_units, rhythm_interval
 
 __all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "TAU_BAND", "AlarmState"]
 
@@ -178,16 +178,17 @@ class SurgeAlarm:
         interval is [-(m_hi + slack_units), RESOLUTION], m_hi the top of its tau band, for
         every query it answers: the reference's clipped terms, and the plain statistic's
         [-m, RESOLUTION - m] for any m in the band. One interval for the whole run, so its
-        noise needs no drift.
+        noise needs no drift; the threshold's noise covers the interval's reach,
+        max(RESOLUTION, m_hi + slack_units), the pages' its width (``AboveThreshold``).
         """
         if slack_units is not None:
             _check_slack(slack_units)
             if baseline is None:
                 raise ValueError("a run with a slack needs the baseline it opens on")
-            band = band_around(baseline.rate)
-            self.svt.width, self.svt.drift = RESOLUTION + band[1] + int(slack_units), 0
+            width, reach = rhythm_interval(baseline.rate, int(slack_units))
+            self.svt.width, self.svt.drift, self.svt.reach = width, 0, reach
         else:
-            self.svt.width, self.svt.drift = RESOLUTION, _BAND_UNITS
+            self.svt.width, self.svt.drift, self.svt.reach = RESOLUTION, _BAND_UNITS, RESOLUTION
         self.svt.start()
         self.run = int(run_id)
         self._band = None if baseline is None else band_around(baseline.rate)
@@ -235,7 +236,8 @@ class SurgeAlarm:
         # Against the rhythm reference the baseline's rate enters only through n_i minus its
         # prediction, so its error is left out; the prediction's own error takes its place.
         rate_error = comparison.relative_error * baseline.rate if against else baseline.rate_error
-        key = (baseline.rate, baseline.events_per_window, rate_error, baseline.kappa, round(factor, 9), load, self.svt.width)
+        key = (baseline.rate, baseline.events_per_window, rate_error, baseline.kappa, round(factor, 9), load, self.svt.width,
+               self.svt.reach)
         if key not in self._derived:
             if len(self._derived) > 256:
                 self._derived.clear()

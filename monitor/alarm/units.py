@@ -7,7 +7,7 @@ move within a public band of width TAU_BAND (``monitor.alarm.surge``).
 
 from __future__ import annotations
 
-__all__ = ["RESOLUTION", "TAU_BAND", "BAND_UNITS", "rate_units", "band_around"]
+__all__ = ["RESOLUTION", "TAU_BAND", "BAND_UNITS", "rate_units", "band_around", "rhythm_interval"]
 
 # Integer units per event of the statistic: tau is a multiple of 1 / RESOLUTION.
 RESOLUTION = 1 << 12
@@ -31,3 +31,15 @@ def band_around(rate: float) -> tuple[int, int]:
     """
     lo = min(max(rate_units(rate) - BAND_UNITS // 2, 0), RESOLUTION - BAND_UNITS)
     return lo, lo + BAND_UNITS
+
+
+def rhythm_interval(rate: float, slack_units: int) -> tuple[int, int]:
+    """(width, reach) of a run against the rhythm reference, in 1 / RESOLUTION: each term lies in
+    [-(top of the tau band + slack), RESOLUTION]; the pages' noise covers the width, the
+    threshold's the larger move in one direction (``AboveThreshold``).
+
+    >>> rhythm_interval(0.03, 2048)
+    (6554, 4096)
+    """
+    low = band_around(rate)[1] + int(slack_units)
+    return RESOLUTION + low, max(RESOLUTION, low)
