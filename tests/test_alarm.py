@@ -134,6 +134,20 @@ def test_a_later_spans_cap_grows_with_the_released_traffic_and_sets_its_sensitiv
     assert small.span_cap() == 3  # a small fleet keeps the floor
 
 
+def test_a_span_with_a_profile_sizes_its_cap_at_the_whole_flagged_epsilon():
+    # The total gets a quarter of the flagged epsilon beside the profile, but the cap that clips
+    # both is the whole epsilon's: sized for the quarter (16 at 10,000 people) it clipped most
+    # people by the afternoon and the profile's evening came out empty.
+    kw = dict(window_seconds=300, warmup_seconds=600, refresh_seconds=86400, flag_cap=16, rng=0)
+    with_profile = BaselineTracker(0.08, 0.02, profile_bins=24, **kw)
+    plain = BaselineTracker(0.08, 0.02, **kw)
+    for t in (with_profile, plain):
+        for i in range(2):
+            t.learn_one(i * 300, i * 300 + 300, np.arange(10_000) < 400, [f"p{j}" for j in range(10_000)])
+        t.release(600)
+    assert with_profile.span_cap() == plain.span_cap() > 30
+
+
 def test_baseline_without_entities_treats_each_event_as_a_unit():
     t = BaselineTracker(1e6, 1e6, window_seconds=60, warmup_seconds=120, refresh_seconds=120, flag_cap=None, rng=0)
     t.learn_one(0, 60, np.arange(100) < 5)

@@ -251,6 +251,41 @@ def test_released_profile_follows_the_day():
     assert alarm.window_threshold(est, load=noon) > alarm.window_threshold(est, load=night)
 
 
+def test_profiles_of_several_days_are_averaged_and_their_noise_shrinks():
+    """The same day three times: each release averages its profile with the days before (up to
+    PROFILE_DAYS at equal weight), so the stated error shrinks like 1 / sqrt(days) and the
+    shape stays on the day's; a restart that resumes the published estimate goes on averaging."""
+    from monitor.alarm.baseline import PROFILE_DAYS
+
+    rng = np.random.default_rng(3)
+    day_rate = lambda w: 0.06 if 96 <= (w % 288) < 240 else 0.02
+    # Each event its own unit (sensitivity 1 in every span): one day's noise is the same every day.
+    t = BaselineTracker(0.005, 0.02, 300, 3600, 86400, release_kappa=True, profile_bins=24, rng=4)
+    released = []
+    for w in range(12 + 4 * 288):
+        t.learn_one(w * 300, (w + 1) * 300, (rng.random(1500) < day_rate(w)).astype(float))
+        if t.due((w + 1) * 300):
+            released.append(t.release((w + 1) * 300))
+            if len(released) == 3:  # a restart: the tracker resumes from the published estimate
+                resumed = BaselineTracker(0.005, 0.02, 300, 3600, 86400, release_kappa=True, profile_bins=24, rng=5)
+                resumed.resume(BaselineEstimate.from_dict(json.loads(json.dumps(t.estimate.as_dict()))))
+                resumed._span_start, t = None, resumed
+    daily = [e for e in released if e.profile_shape is not None]
+    assert [e.profile_days for e in daily] == [1, 2, 3, 3][:len(daily)] and len(daily) >= 3
+    # (each day's own error moves a little with its noisy total)
+    assert daily[1].profile_error == pytest.approx(daily[0].profile_error / math.sqrt(2), rel=0.1)
+    assert daily[2].profile_error == pytest.approx(daily[0].profile_error / math.sqrt(PROFILE_DAYS), rel=0.1)
+    truth = np.array([1.5 if 8 <= h < 20 else 0.5 for h in range(24)])
+    truth = truth / truth.mean()
+    for e in daily:  # the loads: each part's and its neighbours' largest shape, raised by the error
+        shape = np.array(e.profile_shape)
+        wide = np.maximum.reduce([shape, np.roll(shape, 1), np.roll(shape, -1)])
+        assert np.allclose(e.profile, np.clip(wide + e.profile_error, 0.25, 8.0))
+    # The averaged shape is nearer the day's (3 harmonics of a square day: within its own smoothing).
+    err = [np.abs(np.array(e.profile_shape) - truth).mean() for e in daily]
+    assert err[2] < 0.35
+
+
 def test_a_baseline_that_no_longer_fits_is_re_estimated_within_hours(tmp_path, vitals_model):
     """A warm-up over a few devices, then the fleet: the first released report's event count
     (public) is far from the baseline's, the record says so, and a new estimate follows one

@@ -70,8 +70,12 @@ __all__ = ["BaselineEstimate", "BaselineTracker", "profile_load", "PROFILE_HARMO
 PROFILE_HARMONICS = 3
 # The share of a span's flagged epsilon spent on its profile; the rest releases the total. The
 # total summed from the profile's cells carried the noise of all 48 of them: at 400 people a
-# window a day's rate came out 0 and the alarm warmed up again for a day.
-PROFILE_SHARE = 0.5
+# window a day's rate came out 0 and the alarm warmed up again for a day. Against the rhythm
+# reference the threshold's count at each hour comes from the profile alone, so it gets most.
+PROFILE_SHARE = 0.75
+# Days of released profiles averaged (equal weights; older days then decay): the shape of a
+# day repeats, its noise does not.
+PROFILE_DAYS = 3
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ class BaselineEstimate:
     ``profile``: the normal flagged weight per window in each equal part of the day (UTC, from
     midnight) relative to the day's mean, each raised by one standard deviation of its noise
     (an upper estimate: the alarm's threshold scales its spread by it); None when not released.
+    ``profile_shape``, ``profile_error``, ``profile_days``: the same before the raise, averaged
+    over the last days' releases, its standard deviation, and how many days it averages.
     """
 
     rate: float
@@ -107,6 +113,9 @@ class BaselineEstimate:
     flag_cap: "int | None" = None
     kappa: "float | None" = None
     profile: "tuple[float, ...] | None" = None
+    profile_shape: "tuple[float, ...] | None" = None
+    profile_error: "float | None" = None
+    profile_days: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -114,7 +123,7 @@ class BaselineEstimate:
     @classmethod
     def from_dict(cls, data: dict) -> "BaselineEstimate":
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("normal_parts", "profile"):
+        for key in ("normal_parts", "profile", "profile_shape"):
             if fields.get(key) is not None:
                 fields[key] = tuple(float(x) for x in fields[key])
         return cls(**fields)
@@ -224,8 +233,11 @@ class BaselineTracker:
         if self.flag_cap is None or self.warming_up:
             return self.flag_cap
         windows = span_windows(self.refresh_seconds, self.window_seconds)
-        return span_flag_cap(self.flag_cap, self._total_epsilon(self.epsilon_flagged), windows,
-                             self.estimate.events_per_window, self.estimate.rate)
+        # At the whole flagged epsilon, though the total gets a quarter of it beside a profile: a
+        # cap sized for the quarter (16 at 10,000 people) clipped two people in three by the
+        # afternoon, and the profile's evening came out empty.
+        return span_flag_cap(self.flag_cap, self.epsilon_flagged, windows, self.estimate.events_per_window,
+                             self.estimate.rate)
 
     def _total_epsilon(self, epsilon_flagged: float) -> float:
         """The part of a span's flagged epsilon that releases its total (the rest, its profile)."""
@@ -317,9 +329,11 @@ class BaselineTracker:
         epsilon, eps_flagged = self.epsilon, self._next_epsilon_flagged
         kappa = None
         profile = self.estimate.profile if self.estimate is not None else None
+        p_shape, p_error, p_days = ((self.estimate.profile_shape, self.estimate.profile_error, self.estimate.profile_days)
+                                    if self.estimate is not None else (None, None, 0))
         # Two histograms, each of L1 sensitivity the flagged total's (a unit's clipped weight is
-        # split over its cells): the total as (sum w^2, sum w - w^2), for kappa, at most of the
-        # epsilon, and the total per part of the day (the profile) at the rest.
+        # split over its cells): the total as (sum w^2, sum w - w^2), for kappa, and with a
+        # profile the total per part of the day, at the rest of the epsilon (PROFILE_SHARE).
         eps_total = self._total_epsilon(eps_flagged) if self._releases_profile else eps_flagged
         scale = flagged_sensitivity / eps_total
         cells = np.array([self._squared, self._flagged - self._squared])
@@ -339,8 +353,13 @@ class BaselineTracker:
             spectrum[keep + 1:] = 0.0
             smooth = np.fft.irfft(spectrum, n=self.profile_bins)
             left = math.sqrt(min(1.0, (2 * keep + 1) / self.profile_bins))
-            upper = smooth + scale_profile * math.sqrt(2.0) * left
-            profile = _profile(upper, float(per_bin.sum()) / self.profile_bins)
+            # Over the total's mean per part: the threshold's count at an hour, tau n_bar load,
+            # is then the profile's own (per window of the part), whatever the total's noise.
+            mean = flagged / self.profile_bins
+            if mean > 0:
+                p_shape, p_error, p_days = _average_days(smooth / mean, scale_profile * math.sqrt(2.0) * left / mean,
+                                                         self.estimate)
+                profile = _upper_loads(np.asarray(p_shape), p_error)
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         normal_parts = self.estimate.normal_parts if self.estimate is not None else None
         if self._releases_parts:
@@ -359,7 +378,7 @@ class BaselineTracker:
         released = BaselineEstimate(
             rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
             span_windows=w, epsilon=epsilon, rate_error=error, normal_parts=normal_parts, flag_cap=cap, kappa=kappa,
-            profile=profile,
+            profile=profile, profile_shape=p_shape, profile_error=p_error, profile_days=p_days,
         )
         if not self._keeps_previous(released):
             self.estimate = released
@@ -400,12 +419,34 @@ def _shares(noisy: np.ndarray) -> "tuple[float, ...] | None":
     return tuple(float(x) for x in clipped / total)
 
 
-def _profile(upper: np.ndarray, mean: float) -> "tuple[float, ...] | None":
-    """Each part of the day's upper flagged weight over the day's mean per part, in [0.25, 8]
-    (post-processing); None when the day's total is not positive."""
-    if not mean > 0:
-        return None
-    return tuple(float(x) for x in np.clip(upper / mean, 0.25, 8.0))
+def _upper_loads(shape: np.ndarray, error: float) -> "tuple[float, ...]":
+    """Each part's load for the threshold (post-processing): the largest of its own shape and its
+    two neighbours' (a shift change may come an hour early or late, and 3 harmonics round a
+    switch's edges, so the hour after a switch to day would keep the night's threshold), raised
+    by one standard deviation, in [0.25, 8].
+
+    >>> _upper_loads(np.array([1.0, 1.0, 2.0, 1.0]), 0.1)
+    (1.1, 2.1, 2.1, 2.1)
+    """
+    wide = np.maximum(shape, np.maximum(np.roll(shape, 1), np.roll(shape, -1)))
+    return tuple(float(x) for x in np.clip(wide + error, 0.25, 8.0))
+
+
+def _average_days(shape: np.ndarray, error: float, previous: "BaselineEstimate | None"
+                  ) -> "tuple[tuple[float, ...], float, int]":
+    """The day's shape (each part's flagged weight over the day's mean) averaged with the shapes
+    released on the days before, up to PROFILE_DAYS at equal weight, then the older ones
+    decaying (post-processing of released values): one day's noise at 1,500 people is about 40 %
+    of each part's count, three days' about 23 %, and the decaying average settles at 0.45 times
+    one day's. Returns (shape, its standard deviation, days averaged)."""
+    prev = None if previous is None else previous.profile_shape
+    if prev is None or len(prev) != len(shape) or previous.profile_error is None:
+        return tuple(float(x) for x in shape), float(error), 1
+    days = min(previous.profile_days + 1, PROFILE_DAYS)
+    new = 1.0 / days
+    mixed = new * np.asarray(shape) + (1.0 - new) * np.asarray(prev)
+    sd = math.hypot(new * error, (1.0 - new) * previous.profile_error)
+    return tuple(float(x) for x in mixed), sd, days
 
 
 def profile_load(estimate: "BaselineEstimate | None", window_start: float) -> "float | None":
