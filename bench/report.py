@@ -37,6 +37,7 @@ PAGES: dict[str, str] = {
     "alarm-real-legacy": "alarm-real.md",
     "alarm-rhythm": "alarm-rhythm.md",
     "alarm-rhythm-before": "alarm-rhythm.md",
+    "alarm-ceiling": "alarm-rhythm.md",
     "report": "report.md",
     "report-stream": "report.md",
 }
