@@ -191,9 +191,9 @@ class AlarmSettings(_Strict):
         "share too: 0.5 covers a share weighed three times the day's mean (docs/alarm.md)."
     )
     profile_bins: int = Field(
-        24, ge=0, le=288, description="With follow_rhythm: the daily baseline's flagged total is released split over this many "
-        "equal parts of the UTC day (the same epsilon: one histogram; smoothed to 3 harmonics), and the threshold's spread "
-        "follows the hour. 0: off."
+        24, ge=0, le=288, description="With follow_rhythm: the daily baseline also releases its flagged total per each of this "
+        "many equal parts of the UTC day (three quarters of epsilon_baseline_flagged: one histogram; smoothed to 3 harmonics, "
+        "averaged over the last 3 days' releases), and the threshold's spread follows the hour. 0: off."
     )
     trend_error: float = Field(
         0.05, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last hour's trend: how "
