@@ -276,6 +276,10 @@ def per_set(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# The sections this script writes, and what each adds to the title.
+TITLES = {"alarm-rhythm": "", "alarm-rhythm-before": " - before (the alarm with one daily baseline rate)",
+          "alarm-rhythm-large-fleet": " - a large fleet with sparser levels"}
+
 PREFACE = """Every shared set with 3,000+ rows, fitted and replayed as in [alarm-real.md](alarm-real.md) (half the
 inliers fit the model with the shipped `config.yaml`; the production `WindowReleaser` per 5-minute window, seeded
 noise, a fresh ledger per run), with a rhythm in the normal traffic: rows drawn at window w with weight
@@ -311,7 +315,7 @@ def main() -> None:
     ap.add_argument("--from-json", type=Path, nargs="*", help="summarise (and --write) saved results without running")
     ap.add_argument("--command", help="with --from-json: the command that produced them")
     ap.add_argument("--seconds", type=float, help="with --from-json: how long that run took")
-    ap.add_argument("--section", default="alarm-rhythm", choices=("alarm-rhythm", "alarm-rhythm-before"),
+    ap.add_argument("--section", default="alarm-rhythm", choices=tuple(TITLES),
                     help="the page section --write replaces")
     ap.add_argument("--note", default="", help="a line written under the section's title (e.g. which alarm ran)")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks/alarm-rhythm.md")
@@ -349,8 +353,7 @@ def main() -> None:
     if args.write:
         cmd = args.command or " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_rhythm.py", *sys.argv[1:]])
         took = args.seconds if args.seconds is not None else time.perf_counter() - t0
-        title = "Surge alarm on rhythmic traffic" + (" - before (the alarm with one daily baseline rate)"
-                                                     if args.section == "alarm-rhythm-before" else "")
+        title = "Surge alarm on rhythmic traffic" + TITLES[args.section]
         note = f"{args.note}\n\n" if args.note else ""
         write_section(args.section, f"### {title}\n\n`{cmd}` ({took:.0f} s on 1 core)\n\n{note}{PREFACE}\n\n{table}\n\n"
                       f"Per data set:\n\n{detail}\n")

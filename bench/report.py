@@ -38,6 +38,7 @@ PAGES: dict[str, str] = {
     "alarm-rhythm": "alarm-rhythm.md",
     "alarm-rhythm-before": "alarm-rhythm.md",
     "alarm-ceiling": "alarm-rhythm.md",
+    "alarm-rhythm-large-fleet": "alarm-rhythm.md",
     "report": "report.md",
     "report-stream": "report.md",
 }
