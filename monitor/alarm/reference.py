@@ -48,8 +48,8 @@ interval of width 1 + L that contains 0, whatever B is and however it was rounde
 statistic's [-tau, 1 - tau] lies inside it for every tau of the run's band. So every query
 of a run moves within one interval, and AboveThreshold's argument (``AboveThreshold``: width
 1 + L, no drift, reach max(1, L)) holds as for the plain statistic, at page noise
-(1 + L) / (1 + TAU_BAND) times the plain run's and the same threshold noise. The three modes share that interval, so a run may move from one to the
-next. The statistic's DATA never changes the mode: how much history there is counts the
+(1 + L) / (1 + TAU_BAND) times the plain run's and the same threshold noise. The three modes
+share that interval, so a run may move from one to the next. The statistic's DATA never changes the mode: how much history there is counts the
 windows the monitor released, a public fact.
 
 Why [-L, 1] and not [-L, 1 - tau]: a person weighed fully now whose history is light has
