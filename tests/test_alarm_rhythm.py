@@ -339,6 +339,18 @@ def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour
     assert "rhythm" not in visibility_report(off, {"baseline_in_use": base}, model=model)["summary"]
 
 
+def test_budget_advises_sparser_levels_to_a_large_fleet(vitals_model):
+    """At 10,000 events a window the shipped 1 % puts 100 normal events above the upper level;
+    the plan says which levels see more surges (about 15 above it), and says nothing at 1,500."""
+    config = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES]})
+    small = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5}
+    out = visibility_report(config, {"baseline_in_use": small}, model=vitals_model)
+    assert out["levels_advice"] is None and "sparser" not in out["summary"]
+    large = dict(small, events_per_window=10_000.0)
+    out = visibility_report(config, {"baseline_in_use": large}, model=vitals_model)
+    assert "alarm.contamination 0.002 and alarm.contamination_graded 0.02" in out["summary"]
+
+
 def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge():
     """Exact privacy loss (discrete Laplace noises summed over exactly) of every outcome of a
     run answering rhythm-mode windows, between a stream and the same stream without one

@@ -215,6 +215,34 @@ RHYTHM_NOTE = ("the alarm follows the traffic's daily rhythm (alarm.follow_rhyth
                "people's last hour and yesterday's same hour)")
 
 
+# Normal events a window above the alarm's upper level that see the most surges, on the shared
+# sets at 1,500 and at 10,000 people (docs/benchmarks/alarm-rhythm.md, the ceiling and the large
+# fleet): the shipped 1 % at 1,500 people; at 10,000, 0.2 % (a fifth of the count 1 % gives).
+BEST_NORMAL_ABOVE_UPPER = 15
+
+
+def levels_advice(settings, events_per_window: float) -> str | None:
+    """A sentence advising sparser levels when the traffic puts far more normal events above the
+    upper level than the count that sees the most surges (public: the config and a released
+    events count); None when the configured levels suit it.
+
+    >>> from monitor.config import AlarmSettings
+    >>> levels_advice(AlarmSettings(), 1500) is None
+    True
+    >>> levels_advice(AlarmSettings(), 10_000)[:64]
+    'at this traffic sparser levels page more surges: alarm.contamina'
+    """
+    above = settings.contamination * events_per_window
+    if above < 3 * BEST_NORMAL_ABOVE_UPPER:
+        return None
+    upper = float(f"{BEST_NORMAL_ABOVE_UPPER / events_per_window:.1g}")
+    graded = ("" if not settings.contamination_graded else
+              f" and alarm.contamination_graded {upper * settings.contamination_graded / settings.contamination:g}")
+    return (f"at this traffic sparser levels page more surges: alarm.contamination {upper:g}{graded} "
+            f"(about {BEST_NORMAL_ABOVE_UPPER} normal events a window above the upper level instead of {above:,.0f}; "
+            "docs/alarm.md)")
+
+
 def visibility_report(config, record: dict | None = None, model=None) -> dict:
     """What the alarm can see: a JSON-ready dict with a one-sentence ``summary``.
 
@@ -281,6 +309,9 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
                                f"{_share(hours[0].smallest_surge_share)}, at the busiest {_share(hours[1].smallest_surge_share)}"
                                + ("" if profile else f" (the day's profile comes with the first daily baseline; until then "
                                                       f"alarm.traffic_swing {a.traffic_swing:g})"))
+        out["levels_advice"] = levels_advice(a, v.events_per_window)
+        if out["levels_advice"]:
+            out["summary"] += "; " + out["levels_advice"]
         return out
     vs = [_seen(visibility_for(config, model, n), sight) for n in VISIBILITY_TRAFFIC]
     out["source"] = "traffic"
