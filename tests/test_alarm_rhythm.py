@@ -404,28 +404,40 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge():
     assert (np.array(stats["too wide"]) - np.array(stats["without"])).min() < -(top + slack)
 
 
-def test_a_day_that_spent_the_budget_does_not_silence_the_days_after(tmp_path, vitals_model):
-    """A day of surges spends the budget; the quiet run open at its end could never pay a page
-    again (its span reaches back into that day), so it ends at the next boundary and a new run
-    answers the day after instead of every window staying suppressed."""
+def _vitals_releaser(tmp_path, vitals_model, epsilon: float) -> WindowReleaser:
+    """A releaser on 15-minute windows of vital signs, a 1-hour warm-up, no reports, basic
+    accounting at ``epsilon`` a day (seeded noise)."""
     config = parse_config({
         "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
         "stream": {"entity_field": "device_id"},
         "window": {"size_seconds": 900},
         "alarm": {"baseline_warmup_seconds": 3600, "run_seconds": 86400},
         "report": {"on_alarm": False},
-        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 4.0, "accountant": "basic"},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": epsilon, "accountant": "basic"},
     })
     b = config.budget
     accountant = BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds, b.accountant)
-    releaser = WindowReleaser(config, accountant, vitals_model, rng=5)
-    traffic = Traffic(people=400, days=3, seed=3, window_seconds=900)
-    surges = [Surge(start=w, windows=1, share=0.3, kind="clustered", center=(84.0, 150.0)) for w in range(8, 96, 6)]
-    states = []
-    for i in range(3 * 96):
+    return WindowReleaser(config, accountant, vitals_model, rng=5)
+
+
+def _release_days(releaser: WindowReleaser, days: int, surges) -> list[dict]:
+    """Every window of ``days`` days of 400 people through ``releaser``: each alarm_detail."""
+    traffic = Traffic(people=400, days=days, seed=3, window_seconds=900)
+    details = []
+    for i in range(days * 96):
         X, entities, _ = traffic.window(i, surges)
         w = ClosedWindow(i * 900.0, (i + 1) * 900.0, X, np.zeros(0, bool), (), tuple(entities))
-        states.append(json.loads(releaser.release(w, released_at=(i + 1) * 900.0).entry.payload)["alarm_detail"]["state"])
+        details.append(json.loads(releaser.release(w, released_at=(i + 1) * 900.0).entry.payload)["alarm_detail"])
+    return details
+
+
+def test_a_day_that_spent_the_budget_does_not_silence_the_days_after(tmp_path, vitals_model):
+    """A day of surges spends the budget; the quiet run open at its end could never pay a page
+    again (its span reaches back into that day), so it ends at the next boundary and a new run
+    answers the day after instead of every window staying suppressed."""
+    releaser = _vitals_releaser(tmp_path, vitals_model, epsilon=4.0)
+    surges = [Surge(start=w, windows=1, share=0.3, kind="clustered", center=(84.0, 150.0)) for w in range(8, 96, 6)]
+    states = [d["state"] for d in _release_days(releaser, 3, surges)]
     assert "suppressed" in states[:96]  # the first day's pages spent the budget
     assert {"quiet", "fired"} & set(states[2 * 96:])  # the third day is answered again
 
@@ -433,17 +445,7 @@ def test_a_day_that_spent_the_budget_does_not_silence_the_days_after(tmp_path, v
 def test_only_pages_against_a_known_day_shape_are_left_out_of_later_days(tmp_path, vitals_model):
     """The first day's pages (the trend, before the day's shape is known) stay in the day-old
     sets; pages given in the rhythm mode are marked for them to leave out."""
-    config = parse_config({
-        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
-        "stream": {"entity_field": "device_id"},
-        "window": {"size_seconds": 900},
-        "alarm": {"baseline_warmup_seconds": 3600, "run_seconds": 86400},
-        "report": {"on_alarm": False},
-        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 40.0, "accountant": "basic"},
-    })
-    b = config.budget
-    accountant = BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds, b.accountant)
-    releaser = WindowReleaser(config, accountant, vitals_model, rng=5)
+    releaser = _vitals_releaser(tmp_path, vitals_model, epsilon=40.0)
     marked = {}
     learn = releaser.reference.learn_one
 
@@ -452,13 +454,8 @@ def test_only_pages_against_a_known_day_shape_are_left_out_of_later_days(tmp_pat
         return learn(index, units, entities, paged=paged)
 
     releaser.reference.learn_one = spy
-    traffic = Traffic(people=400, days=2, seed=3, window_seconds=900)
     surges = [Surge(start=w, windows=1, share=0.3, kind="clustered", center=(84.0, 150.0)) for w in (30, 60, 130, 170)]
-    details = []
-    for i in range(2 * 96):
-        X, entities, _ = traffic.window(i, surges)
-        w = ClosedWindow(i * 900.0, (i + 1) * 900.0, X, np.zeros(0, bool), (), tuple(entities))
-        details.append(json.loads(releaser.release(w, released_at=(i + 1) * 900.0).entry.payload)["alarm_detail"])
+    details = _release_days(releaser, 2, surges)
     paging = {i: d["compared_with"] for i, d in enumerate(details) if d["state"] in ("fired", "held")}
     assert {"recent", "rhythm"} <= set(paging.values())  # pages before and after the day's shape was known
     assert all(marked[i] == (mode == "rhythm") for i, mode in paging.items())
