@@ -239,10 +239,6 @@ class BaselineTracker:
         return span_flag_cap(self.flag_cap, self.epsilon_flagged, windows, self.estimate.events_per_window,
                              self.estimate.rate)
 
-    def _total_epsilon(self, epsilon_flagged: float) -> float:
-        """The part of a span's flagged epsilon that releases its total (the rest, its profile)."""
-        return epsilon_flagged * (1.0 - PROFILE_SHARE) if self.profile_bins else epsilon_flagged
-
     def span_bounds(self) -> tuple[float, float] | None:
         """[start, scheduled end) of the span being accumulated, or None before the first window."""
         if self._span_start is None:
@@ -334,7 +330,7 @@ class BaselineTracker:
         # Two histograms, each of L1 sensitivity the flagged total's (a unit's clipped weight is
         # split over its cells): the total as (sum w^2, sum w - w^2), for kappa, and with a
         # profile the total per part of the day, at the rest of the epsilon (PROFILE_SHARE).
-        eps_total = self._total_epsilon(eps_flagged) if self._releases_profile else eps_flagged
+        eps_total = eps_flagged * (1.0 - PROFILE_SHARE) if self._releases_profile else eps_flagged
         scale = flagged_sensitivity / eps_total
         cells = np.array([self._squared, self._flagged - self._squared])
         if not self.release_kappa:
