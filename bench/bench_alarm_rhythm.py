@@ -104,12 +104,18 @@ def apply_overrides(base: MonitorConfig, overrides: list[str]) -> MonitorConfig:
 
 
 def alarm_weights(model, config: MonitorConfig, scores: np.ndarray) -> np.ndarray:
-    """The alarm's per-event weight (graded flag) of each score, as the releaser weighs it."""
+    """The alarm's per-event weight (graded flag) of each score, as the releaser weighs it: one
+    column per rung of its levels (``calibrate.level_ladder``; one column for an alarm without)."""
     try:
         from monitor.alarm.calibrate import alarm_levels, graded_weights
-        return graded_weights(scores, *alarm_levels(model, config.alarm))
-    except (ImportError, TypeError, AttributeError):  # the alarm's API moved: its upper level's plain flag
-        return (scores > model.threshold_for(config.alarm.contamination)).astype(float)
+    except ImportError:  # the alarm's API moved: its upper level's plain flag
+        return (scores > model.threshold_for(config.alarm.contamination)).astype(float)[:, None]
+    try:
+        from monitor.alarm.calibrate import level_ladder
+        rungs = [alarm_levels(model, config.alarm, shares) for shares in level_ladder(config.alarm)]
+    except ImportError:
+        rungs = [alarm_levels(model, config.alarm)]
+    return np.stack([graded_weights(scores, lo, hi) for lo, hi in rungs], axis=1)
 
 
 def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
@@ -123,10 +129,12 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
             R.append(traffic.expected(i, pool_flags))
-            W.append(float(traffic.expected(i, pool_weight)))
+            W.append(traffic.expected(i, pool_weight))
         day = traffic.windows_per_day * config.window.size_seconds
         spent = [accountant.spent((d + 1) * day)[0] for d in range(traffic.days)]
-    return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W), "spent": spent}
+        rung = getattr(releaser, "rung", 0)  # the levels the alarm weighs at since its first baseline
+    return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W)[:, rung],
+            "spent": spent}
 
 
 def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days: float) -> np.ndarray:

@@ -165,6 +165,12 @@ class AlarmSettings(_Strict):
         "rising from 0 (linear up to the upper level): a graded statistic that does not bet on one level; a person still "
         "moves it by at most 1. null: the plain flag at the upper level."
     )
+    levels_follow_fleet: bool = Field(
+        True, description="Move both levels to a sparser rung (a half or a fifth of contamination and "
+        "contamination_graded) when the released event count shows a large fleet: about 15 normal events a window above "
+        "the upper level page the most surges (docs/alarm.md). Chosen from the released count at each baseline, so free; "
+        "a move restarts the day's comparison and the alarm's run. false: the configured levels at any traffic."
+    )
     false_pages_per_30_days: float = Field(
         1.0, gt=0, description="Expected false pages per 30 days of quiet traffic: the threshold is derived from it, the "
         "statistic's normal spread at the current traffic, the sparse-vector noise and the baseline's own error (scale-free)."

@@ -30,8 +30,8 @@ import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
 from monitor.alarm.baseline import profile_load
-from monitor.alarm.calibrate import (alarm_levels, baseline_misfit, baseline_problem, is_graded, normal_weight_kappa,
-                                     normal_weight_rate, weight_units)
+from monitor.alarm.calibrate import (alarm_levels, baseline_misfit, baseline_problem, is_graded, level_ladder,
+                                     normal_weight_kappa, normal_weight_rate, weight_units)
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
@@ -87,8 +87,12 @@ class WindowReleaser:
         self.model = model
         self._noise = noise_source(rng)
         a = config.alarm
-        # The alarm's two calibrated levels (docs/design.md#graded-weights); kappa = E[w^2] / E[w] of normal events.
-        self.level_lo, self.level_hi = alarm_levels(model, a)
+        # The alarm's two calibrated levels (docs/design.md#graded-weights), at each rung they may
+        # move to as the fleet's size shows; kappa = E[w^2] / E[w] of normal events.
+        self.level_shares = level_ladder(a)
+        self.rungs = [alarm_levels(model, a, shares) for shares in self.level_shares]
+        self.rung = 0
+        self.level_lo, self.level_hi = self.rungs[0]
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
@@ -113,7 +117,8 @@ class WindowReleaser:
                                         epsilon_warmup=a.epsilon_baseline_warmup, epsilon_parts=eps_parts,
                                         n_parts=len(self.parts) if eps_parts else 0,
                                         release_kappa=is_graded(self.level_lo, self.level_hi),
-                                        profile_bins=a.profile_bins if self.reference is not None else 0, rng=self._noise)
+                                        profile_bins=a.profile_bins if self.reference is not None else 0,
+                                        levels=self.level_shares if len(self.level_shares) > 1 else None, rng=self._noise)
         self.report_cost = config.report.cost(len(config.features), self.n_grids)
         # Scheduled reports already published say what normal traffic puts in each part, this hour.
         self.report_history = (ReportHistory([self.grid_names[c] for c in self.parts], config.report.epsilon_grids)
@@ -142,8 +147,27 @@ class WindowReleaser:
                 continue
             base = json.loads(entry.payload).get("baseline_in_use")
             if base:
-                self.baseline.resume(BaselineEstimate.from_dict(base))
+                est = BaselineEstimate.from_dict(base)
+                if len(self.level_shares) > 1 and est.levels not in self.level_shares:
+                    return  # weights at levels the config no longer has: a new warm-up
+                self.baseline.resume(est)
+                self._use_rung(self.baseline.rung)
                 return
+
+    def _use_rung(self, rung: int, window: "ClosedWindow | None" = None) -> None:
+        """Weigh at the ladder's ``rung`` from now on (public: the baseline in use chose it from
+        its released count). The open run ends where it stopped answering (a new one opens on the
+        new scale) and the rhythm reference re-weighs its history at the new levels."""
+        if rung == self.rung:
+            return
+        self.rung = rung
+        self.level_lo, self.level_hi = self.rungs[rung]
+        self.alarm.kappa = normal_weight_kappa(self.model, self.level_lo, self.level_hi)
+        if self.alarm.run is not None and window is not None:
+            self.ledger.end_charge(self._run_charge_id, window.start)
+            self.alarm.close_run()
+        if self.reference is not None:
+            self.reference.relevel(lambda scores: weight_units(scores, self.level_lo, self.level_hi, RESOLUTION))
 
     # -- one window ---------------------------------------------------------------------
     def release(self, window: ClosedWindow, released_at: float) -> ReleasedWindow:
@@ -176,13 +200,15 @@ class WindowReleaser:
         # before the failure was published).
         memo = {id(self._noise): self._noise}
         return copy.deepcopy({"alarm": self.alarm.__dict__, "baseline": self.baseline.__dict__,
-                              "run_span": self._run_span, "run_charge_id": self._run_charge_id,
+                              "run_span": self._run_span, "run_charge_id": self._run_charge_id, "rung": self.rung,
                               "reference": self.reference, "report_history": self.report_history}, memo)
 
     def _restore(self, state: dict) -> None:
         for obj, saved in ((self.alarm, state["alarm"]), (self.baseline, state["baseline"])):
             obj.__dict__.clear()
             obj.__dict__.update(saved)
+        self.rung = state["rung"]
+        self.level_lo, self.level_hi = self.rungs[self.rung]
         self._run_span = state["run_span"]
         self._run_charge_id = state["run_charge_id"]
         self.reference = state["reference"]
@@ -201,20 +227,18 @@ class WindowReleaser:
         X = window.X
         n = window.n_events
         scores = self.model.score_samples(X) if n else np.zeros(0)
-        units = weight_units(scores, self.level_lo, self.level_hi, RESOLUTION)
-        alarm_units = int(units.sum())
-        if self._audit is not None:  # the exact values, for tests and benchmarks only
-            self._audit(window, {"events": n, "alarm_flagged": int(np.count_nonzero(scores > self.level_hi)),
-                                 "alarm_weight": alarm_units / RESOLUTION})
+        # Each event's weight at every rung of the levels; the baseline keeps every rung's totals.
+        every = np.stack([weight_units(scores, lo, hi, RESOLUTION) for lo, hi in self.rungs])
         charges: list[dict] = []
         index = None if self.reference is None else self.reference.window_index(window.start)
 
         # How unusual each weighted event is by each grid: the baseline's parts and a report's
-        # 'where' both read it (computed once, for the few weighted events only).
-        unusual = self._weighted_unusual(X, units) if self.baseline.n_parts else None
+        # 'where' both read it (computed once, for the few events weighted at the densest rung).
+        unusual = self._weighted_unusual(X, every[0]) if self.baseline.n_parts else None
 
         # Baseline: accumulate, and release on its public schedule.
-        self.baseline.learn_one(window.start, window.end, units / RESOLUTION, window.entities if self.baseline.flag_cap else (),
+        self.baseline.learn_one(window.start, window.end, every / RESOLUTION if len(self.rungs) > 1 else every[0] / RESOLUTION,
+                                window.entities if self.baseline.flag_cap else (),
                                 parts=part_of(unusual, self.parts) if unusual is not None else None)
         released_baseline = None
         if self.baseline.due(window.end):
@@ -227,6 +251,12 @@ class WindowReleaser:
                 charges.append({"kind": "baseline", "epsilon": cost[0], "delta": 0.0, "span": [span_start, window.end]})
             else:  # not paid: the next span starts afresh, the old estimate stays in use
                 self.baseline.skip()
+        self._use_rung(self.baseline.rung, window)
+        units = every[self.rung]
+        alarm_units = int(units.sum())
+        if self._audit is not None:  # the exact values, for tests and benchmarks only
+            self._audit(window, {"events": n, "alarm_flagged": int(np.count_nonzero(scores > self.level_hi)),
+                                 "alarm_weight": alarm_units / RESOLUTION})
 
         # Alarm: open (and charge) a run when one is needed, then answer if a page could be paid.
         answer: AlarmAnswer
@@ -272,7 +302,7 @@ class WindowReleaser:
             # marked, so the day-old sets leave it out; one given before (the first day's
             # trend paging at a shift change) is the day's shape and stays in.
             self.reference.learn_one(index, units, window.entities,
-                                     paged=answer.alarm and answer.compared_with == "rhythm")
+                                     paged=answer.alarm and answer.compared_with == "rhythm", scores=scores)
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
         # and still leaves room for the next alarm run and report.reserve_pages pages.

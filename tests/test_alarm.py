@@ -106,7 +106,7 @@ def test_baseline_clips_each_entity_and_uses_the_scheduled_span_for_sensitivity(
     t = BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=600, refresh_seconds=600, flag_cap=3, rng=0)
     for i in range(10):  # one entity flagged in every window: only 3 of its flags count
         t.learn_one(i * 60, i * 60 + 60, np.array([True, False]), ["heavy", f"p{i}"])
-    assert t._flagged == 3 and t._events == 20
+    assert t._totals[0].flagged == 3 and t._events == 20
     est = t.release(600)
     assert est.span_windows == 10 and est.epsilon == 2.0
 
@@ -125,7 +125,7 @@ def test_a_later_spans_cap_grows_with_the_released_traffic_and_sets_its_sensitiv
     assert cap == span_flag_cap(3, 1e6, 10, first.events_per_window, first.rate) and cap > 10  # all 10 windows
     for i in range(2, 12):  # one entity flagged in every window of the 10-window span: all 10 count
         t.learn_one(i * 60, i * 60 + 60, np.array([True, False]), ["heavy", f"q{i}"])
-    assert t._flagged == 10
+    assert t._totals[0].flagged == 10
     assert t.release(720).flag_cap == cap
     small = BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=120, refresh_seconds=600, flag_cap=3, rng=0)
     for i in range(2):

@@ -199,7 +199,7 @@ def test_slack_is_checked():
 def _cells(tracker):
     """The two histograms the tracker would release: the total as (sum w^2, sum w - w^2), and
     the clipped sum w per part of the day (the profile)."""
-    return np.array([tracker._squared, tracker._flagged - tracker._squared]), tracker._bins.copy()
+    return np.array([tracker._totals[0].squared, tracker._totals[0].flagged - tracker._totals[0].squared]), tracker._totals[0].bins.copy()
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -228,7 +228,7 @@ def test_profile_histogram_has_the_flagged_totals_sensitivity(seed):
             assert np.abs(here - there).sum() <= cap + 1e-9
             assert np.all(here >= -1e-12) and np.all(there >= -1e-12)
     total, profile = _cells(full)
-    assert total.sum() == pytest.approx(full._flagged) and profile.sum() == pytest.approx(full._flagged)
+    assert total.sum() == pytest.approx(full._totals[0].flagged) and profile.sum() == pytest.approx(full._totals[0].flagged)
 
 
 def test_released_profile_follows_the_day():
@@ -339,15 +339,21 @@ def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour
     assert "rhythm" not in visibility_report(off, {"baseline_in_use": base}, model=model)["summary"]
 
 
-def test_budget_advises_sparser_levels_to_a_large_fleet(vitals_model):
-    """At 10,000 events a window the shipped 1 % puts 100 normal events above the upper level;
-    the plan says which levels see more surges (about 15 above it), and says nothing at 1,500."""
-    config = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES]})
-    small = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5}
+def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals_model):
+    """At 10,000 events a window the shipped 1 % puts 100 normal events above the upper level.
+    A baseline released at the ladder's sparser rung is said in the plan, with no advice; with the
+    ladder off, the plan says which levels see more surges (about 15 above it). Nothing at 1,500."""
+    features = [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES]
+    config = parse_config({"features": features})
+    small = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5, "levels": [0.01, 0.1]}
     out = visibility_report(config, {"baseline_in_use": small}, model=vitals_model)
-    assert out["levels_advice"] is None and "sparser" not in out["summary"]
-    large = dict(small, events_per_window=10_000.0)
+    assert out["levels_advice"] is None and "sparser" not in out["summary"] and "levels_follow_fleet" not in out["summary"]
+    large = dict(small, rate=0.006, events_per_window=10_000.0, levels=[0.002, 0.02])
     out = visibility_report(config, {"baseline_in_use": large}, model=vitals_model)
+    assert out["levels_advice"] is None
+    assert "weighs events between the levels 2 % and 0.2 % of normal events exceed" in out["summary"]
+    fixed = parse_config({"features": features, "alarm": {"levels_follow_fleet": False}})
+    out = visibility_report(fixed, {"baseline_in_use": dict(large, rate=0.03, levels=None)}, model=vitals_model)
     assert "alarm.contamination 0.002 and alarm.contamination_graded 0.02" in out["summary"]
 
 
@@ -449,9 +455,9 @@ def test_only_pages_against_a_known_day_shape_are_left_out_of_later_days(tmp_pat
     marked = {}
     learn = releaser.reference.learn_one
 
-    def spy(index, units, entities, paged=False):
+    def spy(index, units, entities, paged=False, scores=None):
         marked[index] = paged
-        return learn(index, units, entities, paged=paged)
+        return learn(index, units, entities, paged=paged, scores=scores)
 
     releaser.reference.learn_one = spy
     surges = [Surge(start=w, windows=1, share=0.3, kind="clustered", center=(84.0, 150.0)) for w in (30, 60, 130, 170)]

@@ -32,11 +32,11 @@ def test_one_unit_moves_the_pair_by_at_most_the_flagged_totals_sensitivity(heavy
     a, b = _tracker(cap), _tracker(cap)
     _feed(a, windows, None)
     _feed(b, windows, heavy)
-    pair = lambda t: np.array([t._squared, t._flagged - t._squared])  # noqa: E731
+    pair = lambda t: np.array([t._totals[0].squared, t._totals[0].flagged - t._totals[0].squared])  # noqa: E731
     assert pair(a).min() >= 0 and pair(b).min() >= 0
     moved = np.abs(pair(b) - pair(a)).sum()
     bound = windows if cap is None else min(cap, windows)  # no cap: one event per window, each its own unit
-    assert moved == pytest.approx(b._flagged - a._flagged)  # the two parts hold exactly the flagged total
+    assert moved == pytest.approx(b._totals[0].flagged - a._totals[0].flagged)  # the two parts hold exactly the flagged total
     assert moved <= bound + 1e-12
     if cap is not None and heavy * windows >= cap:
         assert moved == pytest.approx(cap)  # reached: the bound is tight
@@ -131,4 +131,4 @@ def test_the_pairs_true_values_are_exact_in_floats():
             clipped[e] = clipped.get(e, Fraction(0)) + add
             squared += add * w
             rest += add * (1 - w)
-    assert Fraction(t._squared) == squared and Fraction(t._flagged - t._squared) == rest
+    assert Fraction(t._totals[0].squared) == squared and Fraction(t._totals[0].flagged - t._totals[0].squared) == rest

@@ -78,7 +78,8 @@ def _percents(line: str) -> list[float]:
 def test_budget_says_what_surge_the_alarm_can_see_before_any_baseline(workdir):  # noqa: F811
     # A new user is told which surge a fleet of each size can see, and what the
     # derived threshold costs in false pages, before anything has run.
-    from monitor.alarm.calibrate import visibility_for
+    from monitor.alarm.calibrate import fleet_rung, level_ladder, visibility_for
+    from monitor.budget.plan import _rung_sight, _seen as seen_by
     from monitor.config import load_config
     from monitor.model.file import load_configured
 
@@ -89,7 +90,10 @@ def test_budget_says_what_surge_the_alarm_can_see_before_any_baseline(workdir): 
     shares = _percents(line)
     assert len(shares) == 3 and shares[0] > shares[1] > shares[2] > 0, line  # more people: a smaller share pages
     config = load_config(workdir / "config.yaml")
-    expected = [visibility_for(config, load_configured(config), n).smallest_surge_share for n in (300, 1500, 10000)]
+    model, ladder = load_configured(config), level_ladder(config.alarm)
+    # Each traffic at the levels it would move the alarm to, its surge weighed as the model weighs it there.
+    expected = [seen_by(visibility_for(config, model, n), _rung_sight(model, config.alarm, ladder[fleet_rung(ladder, n)]))
+                .smallest_surge_share for n in (300, 1500, 10000)]
     assert shares == [float(f"{100 * s:.2g}") for s in expected], (line, expected)
 
 

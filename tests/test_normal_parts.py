@@ -32,9 +32,9 @@ def test_one_unit_moves_the_parts_by_at_most_the_flagged_totals_sensitivity(cap,
     a, b = _tracker(cap), _tracker(cap)
     _feed(a, 0, windows, heavy=False)
     _feed(b, 0, windows, heavy=True)
-    moved = np.abs(b._parts - a._parts).sum()
+    moved = np.abs(b._totals[0].parts - a._totals[0].parts).sum()
     bound = (1 if cap is None else min(cap, windows)) if cap is not None else windows  # no cap: one event per unit
-    assert moved == pytest.approx(b._flagged - a._flagged)  # the parts hold exactly the flagged total
+    assert moved == pytest.approx(b._totals[0].flagged - a._totals[0].flagged)  # the parts hold exactly the flagged total
     if cap is not None:
         assert moved == pytest.approx(min(cap, windows))  # reached: the bound is tight
     assert moved <= bound + 1e-12

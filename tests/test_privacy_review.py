@@ -215,7 +215,8 @@ def test_a_baseline_refresh_that_leaves_the_band_ends_the_run(tmp_path, vitals_m
     records = []
     for i, w in enumerate(windows):
         if i == 23:  # the refresh is due at the end of this window: pretend the rate jumped
-            releaser.baseline._flagged = int(0.5 * releaser.baseline._events)
+            for totals in releaser.baseline._totals:  # at every rung of the levels
+                totals.flagged = int(0.5 * releaser.baseline._events)
         records.append(json.loads(releaser.release(w, w.end + 5).entry.payload))
     refreshed = next(i for i, r in enumerate(records) if r["baseline"] and i > 11)
     assert records[refreshed]["baseline"]["rate"] > 0.3

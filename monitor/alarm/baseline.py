@@ -40,6 +40,12 @@ the normal flagged weight each feature carries on this traffic: what a report's 
 measured against. The warm-up estimate leaves them out: over its few windows the same
 epsilon would leave them mostly noise.
 
+Levels that follow the fleet (docs/alarm.md). With ``levels`` (a ladder of the alarm's level
+pairs, ``calibrate.level_ladder``) ``learn_one`` takes each event's weight at every rung and
+keeps each rung's clipped totals apart. ``release`` releases the event count first, chooses
+the rung from it (``calibrate.fleet_rung``: post-processing of a released value) and then
+releases that rung's totals only, so the estimate costs what one rung's does.
+
 >>> import numpy as np
 >>> t = BaselineTracker(epsilon_flagged=1.0, epsilon_events=1.0, window_seconds=60, warmup_seconds=120,
 ...                     refresh_seconds=3600, rng=0)
@@ -61,7 +67,8 @@ from typing import Sequence
 
 import numpy as np
 
-from monitor.alarm.calibrate import baseline_problem, baseline_rate_error, kappa_upper, span_flag_cap, span_windows
+from monitor.alarm.calibrate import (baseline_problem, baseline_rate_error, fleet_rung, kappa_upper, span_flag_cap,
+                                     span_windows)
 from monitor.dp import noise_source
 
 __all__ = ["BaselineEstimate", "BaselineTracker", "profile_load", "PROFILE_HARMONICS"]
@@ -98,6 +105,8 @@ class BaselineEstimate:
     (an upper estimate: the alarm's threshold scales its spread by it); None when not released.
     ``profile_shape``, ``profile_error``, ``profile_days``: the same before the raise, averaged
     over the last days' releases, its standard deviation, and how many days it averages.
+    ``levels``: the (contamination, contamination_graded) pair the weights were taken at, with
+    a ladder of them (``BaselineTracker(levels=...)``); None with the configured pair alone.
     """
 
     rate: float
@@ -116,6 +125,7 @@ class BaselineEstimate:
     profile_shape: "tuple[float, ...] | None" = None
     profile_error: "float | None" = None
     profile_days: int = 0
+    levels: "tuple[float, float | None] | None" = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -126,6 +136,8 @@ class BaselineEstimate:
         for key in ("normal_parts", "profile", "profile_shape"):
             if fields.get(key) is not None:
                 fields[key] = tuple(float(x) for x in fields[key])
+        if fields.get("levels") is not None:
+            fields["levels"] = tuple(None if x is None else float(x) for x in fields["levels"])
         return cls(**fields)
 
 
@@ -139,6 +151,44 @@ class _UnitTotals(Counter):
         return _UnitTotals(self)
 
 
+class _SpanTotals:
+    """One rung's clipped totals over the span being accumulated (private state)."""
+
+    def __init__(self, n_parts: int, profile_bins: int) -> None:
+        self.flagged = 0.0
+        self.squared = 0.0  # the clipped weight's sum(w^2) part (w times each counted share)
+        self.parts = np.zeros(n_parts)
+        self.bins = np.zeros(profile_bins)  # per part of the day: the clipped sum w
+        self.per_unit: Counter = _UnitTotals()
+
+    def add(self, w: np.ndarray, entities: "Sequence[str | None]", parts: "np.ndarray | None", cap: "int | None",
+            profile_bin: "int | None") -> None:
+        """Add one window's weights, each unit's clipped at ``cap`` over the span (None: each
+        event its own unit); ``parts``, each event's part (read where the weight is positive);
+        the window's clipped additions go to its part of the day, so a unit's clipped weight is
+        split over the parts and the profile's L1 sensitivity is the flagged total's."""
+        before = self.flagged
+        on = np.flatnonzero(w > 0)
+        if cap is None:
+            self.flagged += float(w.sum())
+            self.squared += float(np.dot(w, w))
+            if parts is not None:
+                np.add.at(self.parts, parts[on], w[on])
+        else:
+            for i in on:
+                e = entities[i]
+                room = cap - self.per_unit[e]
+                if room > 0:
+                    add = min(float(w[i]), room)
+                    self.per_unit[e] += add
+                    self.flagged += add
+                    self.squared += add * float(w[i])  # in [0, add]: the pair's parts stay non-negative
+                    if parts is not None:
+                        self.parts[parts[i]] += add
+        if profile_bin is not None:
+            self.bins[profile_bin] += self.flagged - before
+
+
 class BaselineTracker:
     """Accumulates flagged and event totals window by window; releases them on schedule.
 
@@ -150,7 +200,8 @@ class BaselineTracker:
     def __init__(self, epsilon_flagged: float, epsilon_events: float, window_seconds: float,
                  warmup_seconds: float, refresh_seconds: float, flag_cap: int | None = None,
                  epsilon_warmup: float | None = None, epsilon_parts: float | None = None, n_parts: int = 0,
-                 release_kappa: bool = False, profile_bins: int = 0, rng=None) -> None:
+                 release_kappa: bool = False, profile_bins: int = 0,
+                 levels: "Sequence[tuple[float, float | None]] | None" = None, rng=None) -> None:
         epsilon_warmup = epsilon_flagged if epsilon_warmup is None else epsilon_warmup
         checked = [("epsilon_flagged", epsilon_flagged), ("epsilon_events", epsilon_events), ("epsilon_warmup", epsilon_warmup)]
         for name, value in checked + ([("epsilon_parts", epsilon_parts)] if epsilon_parts is not None else []):
@@ -175,17 +226,31 @@ class BaselineTracker:
         # A daily profile needs spans of whole days, so that every part of the day is covered alike.
         whole_days = abs(self.refresh_seconds / 86400 - round(self.refresh_seconds / 86400)) < 1e-9
         self.profile_bins = int(profile_bins) if whole_days else 0
+        self.levels = None if levels is None else tuple(tuple(rung) for rung in levels)
+        if self.levels is not None and not self.levels:
+            raise ValueError("levels needs at least one rung")
         self._noise = noise_source(rng)
-        self._per_unit: Counter = _UnitTotals()
         self.estimate: BaselineEstimate | None = None
         self.refit_reason: str | None = None  # why the next span is a warm-up again (public)
         self._released = 0  # estimates released by this process
         self._span_start: float | None = None
-        self._flagged = 0.0
-        self._squared = 0.0  # the clipped weight's sum(w^2) part (w times each counted share)
         self._events = 0
-        self._parts = np.zeros(self.n_parts)
-        self._bins = np.zeros(self.profile_bins)  # per part of the day: the clipped sum w
+        self._totals = self._empty_totals()
+
+    @property
+    def n_rungs(self) -> int:
+        return 1 if self.levels is None else len(self.levels)
+
+    @property
+    def rung(self) -> int:
+        """The ladder's rung of the estimate in use (public); 0 before any, or without a ladder."""
+        est = self.estimate
+        if self.levels is None or est is None or est.levels not in self.levels:
+            return 0
+        return self.levels.index(est.levels)
+
+    def _empty_totals(self) -> "list[_SpanTotals]":
+        return [_SpanTotals(self.n_parts, self.profile_bins) for _ in range(self.n_rungs)]
 
     @property
     def _next_epsilon_flagged(self) -> float:
@@ -226,18 +291,21 @@ class BaselineTracker:
         """Length of the span the next estimate covers (public)."""
         return self.warmup_seconds if self.warming_up else self.refresh_seconds
 
-    def span_cap(self) -> int | None:
-        """The current span's per-unit clip of the flagged total (public: the config and the
-        released estimates): ``flag_cap`` while warming up, then ``span_flag_cap`` at the last
-        estimate's traffic. Fixed for the whole span (the estimate changes only at release)."""
+    def span_cap(self, rung: "int | None" = None) -> int | None:
+        """The current span's per-unit clip of ``rung``'s flagged total (the rung in use by
+        default; public: the config and the released estimates): ``flag_cap`` while warming up,
+        then ``span_flag_cap`` at the last estimate's traffic, its rate scaled to the rung's
+        upper share. Fixed for the whole span (the estimate changes only at release)."""
         if self.flag_cap is None or self.warming_up:
             return self.flag_cap
         windows = span_windows(self.refresh_seconds, self.window_seconds)
+        rate = self.estimate.rate
+        if rung is not None and self.levels is not None:
+            rate *= self.levels[rung][0] / self.levels[self.rung][0]
         # At the whole flagged epsilon, though the total gets a quarter of it beside a profile: a
         # cap sized for the quarter (16 at 10,000 people) clipped two people in three by the
         # afternoon, and the profile's evening came out empty.
-        return span_flag_cap(self.flag_cap, self.epsilon_flagged, windows, self.estimate.events_per_window,
-                             self.estimate.rate)
+        return span_flag_cap(self.flag_cap, self.epsilon_flagged, windows, self.estimate.events_per_window, rate)
 
     def span_bounds(self) -> tuple[float, float] | None:
         """[start, scheduled end) of the span being accumulated, or None before the first window."""
@@ -248,51 +316,34 @@ class BaselineTracker:
     def learn_one(self, window_start: float, window_end: float, flagged: "np.ndarray | Sequence[bool] | Sequence[float]",
                   entities: "Sequence[str | None]" = (), parts: "np.ndarray | None" = None) -> None:
         """Add one window's events to the current span: ``flagged`` per event (a flag, or a
-        weight in [0, 1]); with ``flag_cap`` set, each event's entity (to clip a unit's
-        total weight at ``span_cap()``); with ``epsilon_parts`` set, each event's part (an index below
-        ``n_parts``; read only where the weight is positive)."""
+        weight in [0, 1]; with ``levels``, one row per rung); with ``flag_cap`` set, each event's
+        entity (to clip a unit's total weight at ``span_cap()``); with ``epsilon_parts`` set,
+        each event's part (an index below ``n_parts``; read only where the weight is positive)."""
         if self._span_start is None:
             self._span_start = float(window_start)
-        w = np.asarray(flagged).reshape(-1)
+        w = np.asarray(flagged)
+        w = w.reshape(self.n_rungs, -1) if w.ndim == 2 or self.n_rungs > 1 else w.reshape(1, -1)
+        if w.shape[0] != self.n_rungs:
+            raise ValueError(f"one row of weights per rung is needed ({self.n_rungs}), got {w.shape[0]}")
         # A weight outside [0, 1] (or NaN) would break the sensitivity: clip it here, whatever the caller did.
         w = np.clip(np.nan_to_num(w.astype(float), nan=0.0), 0.0, 1.0)
-        self._events += int(w.size)
-        before = (self._squared, self._flagged)
-        on = np.flatnonzero(w > 0)
+        n = w.shape[1]
+        self._events += int(n)
+        p = None
         if self.n_parts:
-            if parts is None or np.shape(parts) != w.shape:
+            if parts is None or np.shape(parts) != (n,):
                 raise ValueError("epsilon_parts needs one part per event")
-            p = np.asarray(parts)[on]
-            if p.size and (p.min() < 0 or p.max() >= self.n_parts):
+            p = np.asarray(parts)
+            used = p[(w > 0).any(axis=0)]
+            if used.size and (used.min() < 0 or used.max() >= self.n_parts):
                 raise ValueError(f"a flagged event's part is outside [0, {self.n_parts})")
-        if self.flag_cap is None:
-            self._flagged += float(w.sum())
-            self._squared += float(np.dot(w, w))
-            if self.n_parts:
-                np.add.at(self._parts, p, w[on])
-            self._add_to_profile(window_start, before)
-            return
-        if len(entities) != w.size:
+        if self.flag_cap is not None and len(entities) != n:
             raise ValueError("flag_cap needs one entity per event")
-        cap = self.span_cap()
-        for j, i in enumerate(on):
-            e = entities[i]
-            room = cap - self._per_unit[e]
-            if room > 0:
-                add = min(float(w[i]), room)
-                self._per_unit[e] += add
-                self._flagged += add
-                self._squared += add * float(w[i])  # in [0, add]: the pair's parts stay non-negative
-                if self.n_parts:
-                    self._parts[p[j]] += add
-        self._add_to_profile(window_start, before)
-
-    def _add_to_profile(self, window_start: float, before: tuple[float, float]) -> None:
-        # The window's clipped additions go to its part of the day: a unit's clipped weight is
-        # split over the parts, so the profile's L1 sensitivity is the flagged total's.
-        if self.profile_bins:
-            b = int((float(window_start) % 86400.0) // (86400.0 / self.profile_bins))
-            self._bins[b] += self._flagged - before[1]
+        profile_bin = (int((float(window_start) % 86400.0) // (86400.0 / self.profile_bins))
+                       if self.profile_bins else None)
+        for rung, totals in enumerate(self._totals):
+            cap = None if self.flag_cap is None else self.span_cap(rung)
+            totals.add(w[rung], entities, p, cap, profile_bin)
 
     @property
     def _releases_profile(self) -> bool:
@@ -308,9 +359,12 @@ class BaselineTracker:
 
         Guarantee: (``epsilon`` as read before the call, 0)-DP for neighbours that differ by
         one privacy unit contributing at most one event per window of the span (or by
-        one event, without ``flag_cap``): the flagged total, its profile over the day (with
-        ``profile_bins``) and the event count, each a Laplace release of sensitivity the
-        span's cap (or ``span_windows``), at epsilons that add up to ``epsilon``.
+        one event, without ``flag_cap``): the event count, then one rung's flagged total and
+        its profile over the day (with ``profile_bins``), each a Laplace release of
+        sensitivity ``span_windows`` (the count) or the rung's span cap, at epsilons that add
+        up to ``epsilon``. The rung is a function of the released count and the estimate in
+        use (post-processing), and every rung's totals have the same kind of sensitivity, so
+        releasing the chosen one costs what a single rung's release does.
 
         Returns the released estimate; it becomes ``estimate``, the one in use, unless its rate
         is unusable where the previous one's was not (``_keeps_previous``).
@@ -319,20 +373,29 @@ class BaselineTracker:
         # Scheduled windows, not the windows seen: a gap (downtime) must not lower the
         # sensitivity below what a unit present in every window could contribute.
         w = span_windows(window_end - self._span_start, self.window_seconds)
-        cap = self.span_cap()
-        events_sensitivity = 1 if cap is None else w
-        flagged_sensitivity = 1 if cap is None else min(cap, w)
         epsilon, eps_flagged = self.epsilon, self._next_epsilon_flagged
+        events_sensitivity = 1 if self.flag_cap is None else w
+        events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
+        per_window = max(0.0, events / w)
+        # The count comes first: it chooses the rung whose totals are released.
+        rung = self._choose_rung(per_window if events >= w else None)
+        levels = None if self.levels is None else self.levels[rung]
+        totals = self._totals[rung]
+        cap = self.span_cap(rung)
+        flagged_sensitivity = 1 if cap is None else min(cap, w)
+        # What the released values are averaged with or fall back on: the estimate in use, at
+        # the same levels only (another rung's weights are another scale).
+        previous = self.estimate if self.estimate is not None and self.estimate.levels == levels else None
         kappa = None
-        profile = self.estimate.profile if self.estimate is not None else None
-        p_shape, p_error, p_days = ((self.estimate.profile_shape, self.estimate.profile_error, self.estimate.profile_days)
-                                    if self.estimate is not None else (None, None, 0))
+        profile = previous.profile if previous is not None else None
+        p_shape, p_error, p_days = ((previous.profile_shape, previous.profile_error, previous.profile_days)
+                                    if previous is not None else (None, None, 0))
         # Two histograms, each of L1 sensitivity the flagged total's (a unit's clipped weight is
         # split over its cells): the total as (sum w^2, sum w - w^2), for kappa, and with a
         # profile the total per part of the day, at the rest of the epsilon (PROFILE_SHARE).
         eps_total = eps_flagged * (1.0 - PROFILE_SHARE) if self._releases_profile else eps_flagged
         scale = flagged_sensitivity / eps_total
-        cells = np.array([self._squared, self._flagged - self._squared])
+        cells = np.array([totals.squared, totals.flagged - totals.squared])
         if not self.release_kappa:
             cells = cells.sum(keepdims=True)
         noisy = np.atleast_1d(self._noise.laplace(scale, center=cells))
@@ -343,7 +406,7 @@ class BaselineTracker:
             # Post-processing: the day's shape up to PROFILE_HARMONICS harmonics (most of the
             # noise is in the rest), raised by one standard deviation of what noise is left.
             scale_profile = flagged_sensitivity / (eps_flagged - eps_total)
-            per_bin = np.atleast_1d(self._noise.laplace(scale_profile, center=self._bins.copy()))
+            per_bin = np.atleast_1d(self._noise.laplace(scale_profile, center=totals.bins.copy()))
             keep = min(PROFILE_HARMONICS, self.profile_bins // 2)
             spectrum = np.fft.rfft(per_bin)
             spectrum[keep + 1:] = 0.0
@@ -354,27 +417,25 @@ class BaselineTracker:
             mean = flagged / self.profile_bins
             if mean > 0:
                 p_shape, p_error, p_days = _average_days(smooth / mean, scale_profile * math.sqrt(2.0) * left / mean,
-                                                         self.estimate)
+                                                         previous)
                 profile = _upper_loads(np.asarray(p_shape), p_error)
-        events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
-        normal_parts = self.estimate.normal_parts if self.estimate is not None else None
+        normal_parts = previous.normal_parts if previous is not None else None
         if self._releases_parts:
             # One histogram: a unit's shares over the parts sum to its clipped weight (at most the
             # cap), so the L1 sensitivity is the flagged total's.
-            noisy = self._noise.laplace(flagged_sensitivity / self.epsilon_parts, center=self._parts.astype(float))
-            normal_parts = _shares(np.atleast_1d(noisy)) or normal_parts
+            part_noise = self._noise.laplace(flagged_sensitivity / self.epsilon_parts, center=totals.parts.astype(float))
+            normal_parts = _shares(np.atleast_1d(part_noise)) or normal_parts
         # Post-processing: a rate in [0, 1]; with (almost) no traffic keep the previous one.
         if events >= w:
             rate = min(1.0, max(0.0, flagged / events))
         else:
-            rate = self.estimate.rate if self.estimate is not None else 0.0
-        per_window = max(0.0, events / w)
+            rate = previous.rate if previous is not None else 0.0
         error = baseline_rate_error(rate, per_window, w, eps_total, self.epsilon_events, flagged_sensitivity,
                                     events_sensitivity, flagged_parts=int(noisy.size))
         released = BaselineEstimate(
             rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
             span_windows=w, epsilon=epsilon, rate_error=error, normal_parts=normal_parts, flag_cap=cap, kappa=kappa,
-            profile=profile, profile_shape=p_shape, profile_error=p_error, profile_days=p_days,
+            profile=profile, profile_shape=p_shape, profile_error=p_error, profile_days=p_days, levels=levels,
         )
         if not self._keeps_previous(released):
             self.estimate = released
@@ -382,6 +443,16 @@ class BaselineTracker:
         self.refit_reason = None
         self.skip()
         return released
+
+    def _choose_rung(self, events_per_window: "float | None") -> int:
+        """The rung whose totals the release publishes (public: the released count, the estimate
+        in use); the rung in use when the count says nothing (almost no traffic)."""
+        current = self.rung if self.estimate is not None else None
+        if self.levels is None or len(self.levels) == 1:
+            return 0
+        if events_per_window is None:
+            return current or 0
+        return fleet_rung(self.levels, events_per_window, current)
 
     def _keeps_previous(self, released: BaselineEstimate) -> bool:
         """A refresh whose rate came out unusable (0: its noise was larger than the count, which
@@ -395,10 +466,8 @@ class BaselineTracker:
 
     def skip(self) -> None:
         """Drop the current span unreleased (the budget could not pay for it)."""
-        self._span_start, self._flagged, self._squared, self._events = None, 0.0, 0.0, 0
-        self._parts = np.zeros(self.n_parts)
-        self._bins = np.zeros(self.profile_bins)
-        self._per_unit.clear()
+        self._span_start, self._events = None, 0
+        self._totals = self._empty_totals()
 
     def resume(self, estimate: BaselineEstimate | None) -> None:
         """Continue from a published estimate (after a restart): no warm-up again."""

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 import numpy as np
 from scipy.special import gammaincc, ndtr
@@ -51,6 +52,8 @@ from monitor.alarm.units import BAND_UNITS, RESOLUTION, rhythm_interval
 
 __all__ = [
     "alarm_levels",
+    "level_ladder",
+    "fleet_rung",
     "is_graded",
     "graded_weights",
     "weight_units",
@@ -114,15 +117,64 @@ def span_windows(seconds: float, window_seconds: float) -> int:
     return max(1, int(math.ceil(seconds / window_seconds - 1e-9)))
 
 
-def alarm_levels(model, settings) -> tuple[float, float]:
+def alarm_levels(model, settings, levels: "tuple[float, float | None] | None" = None) -> tuple[float, float]:
     """The alarm's two calibrated levels (t_lo, t_hi): public post-processing of the model.
 
     An event weighs 0 at or below t_lo, 1 above t_hi (where ``settings.contamination`` of
     normal events lie), linearly between; without ``contamination_graded`` both are t_hi.
+    ``levels``: another (contamination, contamination_graded) pair, a rung of ``level_ladder``.
     """
-    t_hi = float(model.threshold_for(settings.contamination))
-    t_lo = float(model.threshold_for(settings.contamination_graded)) if settings.contamination_graded else t_hi
+    upper, graded = (settings.contamination, settings.contamination_graded) if levels is None else levels
+    t_hi = float(model.threshold_for(upper))
+    t_lo = float(model.threshold_for(graded)) if graded else t_hi
     return t_lo, t_hi
+
+
+# Normal events a window above the alarm's upper level that see the most surges, on the shared
+# sets at 1,500 and at 10,000 people (docs/benchmarks/alarm-rhythm.md, the ceiling and the large
+# fleet): the shipped 1 % at 1,500 people; at 10,000, 0.2 % (a fifth of the count 1 % gives).
+BEST_NORMAL_ABOVE_UPPER = 15
+# The rungs the levels may move to, as factors of the configured pair: only sparser, so a small
+# fleet keeps its levels and a large one reaches 0.2 % / 2 % from the shipped 1 % / 10 %.
+LADDER_FACTORS = (1.0, 0.5, 0.2)
+# A rung in use is kept while the best share is within this factor of its own: a fleet that
+# grows or shrinks a little does not move the levels (each move restarts the day's comparison).
+RUNG_TOLERANCE = 2.0
+
+
+def level_ladder(settings) -> "tuple[tuple[float, float | None], ...]":
+    """The (contamination, contamination_graded) pairs the alarm may weigh at (public: the
+    config): with ``levels_follow_fleet`` the configured pair and its ``LADDER_FACTORS``; the
+    configured pair alone without it or with an absolute ``threshold`` (a count at those levels).
+
+    >>> from monitor.config import AlarmSettings
+    >>> [tuple(round(x, 6) for x in rung) for rung in level_ladder(AlarmSettings())]
+    [(0.01, 0.1), (0.005, 0.05), (0.002, 0.02)]
+    """
+    follow = getattr(settings, "levels_follow_fleet", False) and getattr(settings, "threshold", None) is None
+    factors = LADDER_FACTORS if follow else (1.0,)
+    graded = settings.contamination_graded
+    return tuple((settings.contamination * f, None if graded is None else graded * f) for f in factors)
+
+
+def fleet_rung(ladder: "Sequence[tuple[float, float | None]]", events_per_window: float,
+               current: "int | None" = None) -> int:
+    """The rung of ``ladder`` for a fleet of ``events_per_window`` events a window (public: a
+    released count): the one whose upper share puts nearest ``BEST_NORMAL_ABOVE_UPPER`` normal
+    events a window above it (on a log scale); ``current`` is kept while the best share is within
+    ``RUNG_TOLERANCE`` of its own.
+
+    >>> ladder = ((0.01, 0.1), (0.005, 0.05), (0.002, 0.02))
+    >>> fleet_rung(ladder, 1_500), fleet_rung(ladder, 3_000), fleet_rung(ladder, 10_000), fleet_rung(ladder, 300)
+    (0, 1, 2, 0)
+    >>> fleet_rung(ladder, 4_000, current=2), fleet_rung(ladder, 3_000, current=2)
+    (2, 1)
+    """
+    target = BEST_NORMAL_ABOVE_UPPER / max(float(events_per_window), 1e-9)
+    gap = [abs(math.log(upper / target)) for upper, _ in ladder]
+    if current is not None and 0 <= current < len(ladder) and gap[current] <= math.log(RUNG_TOLERANCE):
+        return int(current)
+    return int(np.argmin(gap))
 
 
 def is_graded(t_lo: float, t_hi: float) -> bool:
@@ -481,8 +533,10 @@ def visibility_for(config, model, events_per_window: float, warmup: bool = True)
     """
     a = config.alarm
     size = config.window.size_seconds
-    t_lo, t_hi = alarm_levels(model, a)
-    rate = normal_weight_rate(model, t_lo, t_hi, a.contamination)
+    ladder = level_ladder(a)  # the levels that traffic would move the alarm to
+    shares = ladder[fleet_rung(ladder, events_per_window)]
+    t_lo, t_hi = alarm_levels(model, a, shares)
+    rate = normal_weight_rate(model, t_lo, t_hi, shares[0])
     kappa = normal_weight_kappa(model, t_lo, t_hi)
     span = a.baseline_warmup_seconds if warmup else a.baseline_refresh_seconds
     w = span_windows(span, size)

@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 
@@ -160,6 +160,11 @@ class RhythmReference:
         self._ids: dict[str, int] = {}
         # window index -> (unit ids, weight units, paged); arrays are never changed in place.
         self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
+        # window index -> the events' model scores, to weigh them again at other levels (``relevel``).
+        self._scores: dict[int, np.ndarray] = {}
+        # Units fit in 16 bits (a weight is at most the resolution): a day's history is two
+        # thirds of 64-bit units' size at 10,000 people, scores included.
+        self._unit_dtype = np.int16 if self.resolution < 2 ** 14 else np.int64
 
     @property
     def slack_units(self) -> int:
@@ -176,16 +181,31 @@ class RhythmReference:
         return int(math.floor(window_start / self.window_seconds + 1e-9))
 
     # -- history ----------------------------------------------------------------------
-    def learn_one(self, index: int, units: np.ndarray, entities: Sequence[str | None], paged: bool = False) -> None:
+    def learn_one(self, index: int, units: np.ndarray, entities: Sequence[str | None], paged: bool = False,
+                  scores: "np.ndarray | None" = None) -> None:
         """Remember window ``index`` after it was answered; ``paged`` (public): it paged or held,
-        and the day-old sets should leave it out (``_day_shape``)."""
-        units = np.asarray(units, dtype=np.int64).reshape(-1)
+        and the day-old sets should leave it out (``_day_shape``); ``scores``, the events' model
+        scores, lets ``relevel`` weigh the window again."""
+        units = np.asarray(units).reshape(-1)
+        if units.size and (units.min() < 0 or units.max() > self.resolution):
+            raise ValueError(f"weight units must be in [0, {self.resolution}]")
+        units = units.astype(self._unit_dtype)
         self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
+        if scores is not None:
+            self._scores[int(index)] = np.asarray(scores, dtype=np.float32).reshape(units.shape)
         keep_from = int(index) - SEASONAL_DAYS * (self.period or 0) - 4 * self.recent_windows - self.half_seasonal
         for old in [k for k in self._windows if k < keep_from]:
             del self._windows[old]
+            self._scores.pop(old, None)
         if len(self._ids) > 4 * max(1, sum(v[0].size for v in self._windows.values())) + 1024:
             self._compact()
+
+    def relevel(self, to_units: "Callable[[np.ndarray], np.ndarray]") -> None:
+        """Weigh the history again at new levels (``to_units`` maps scores to weight units): the
+        alarm's levels moved with the fleet (docs/alarm.md). Windows learnt without scores are
+        forgotten: their weights are on the old scale."""
+        self._windows = {k: (ids, np.asarray(to_units(self._scores[k].astype(float))).astype(self._unit_dtype), p)
+                         for k, (ids, _, p) in self._windows.items() if k in self._scores}
 
     def _unit_ids(self, entities: Sequence[str | None], n: int) -> np.ndarray:
         if not entities or any(e is None for e in entities):
@@ -213,6 +233,7 @@ class RhythmReference:
         out.__dict__.update(self.__dict__)
         out._ids = dict(self._ids)
         out._windows = dict(self._windows)
+        out._scores = dict(self._scores)
         return out
 
     # -- the comparison ---------------------------------------------------------------

@@ -215,24 +215,21 @@ RHYTHM_NOTE = ("the alarm follows the traffic's daily rhythm (alarm.follow_rhyth
                "people's last hour and yesterday's same hour)")
 
 
-# Normal events a window above the alarm's upper level that see the most surges, on the shared
-# sets at 1,500 and at 10,000 people (docs/benchmarks/alarm-rhythm.md, the ceiling and the large
-# fleet): the shipped 1 % at 1,500 people; at 10,000, 0.2 % (a fifth of the count 1 % gives).
-BEST_NORMAL_ABOVE_UPPER = 15
-
-
-def levels_advice(settings, events_per_window: float) -> str | None:
+def levels_advice(settings, events_per_window: float, levels: "tuple[float, float | None] | None" = None) -> str | None:
     """A sentence advising sparser levels when the traffic puts far more normal events above the
-    upper level than the count that sees the most surges (public: the config and a released
-    events count); None when the configured levels suit it.
+    upper level (``levels``, the pair in use; the configured one by default) than the count that
+    sees the most surges, and the ladder (``alarm.levels_follow_fleet``) cannot reach them (public:
+    the config and a released events count); None when the levels in use suit it.
 
     >>> from monitor.config import AlarmSettings
-    >>> levels_advice(AlarmSettings(), 1500) is None
+    >>> levels_advice(AlarmSettings(), 10_000, (0.002, 0.02)) is None
     True
-    >>> levels_advice(AlarmSettings(), 10_000)[:64]
+    >>> levels_advice(AlarmSettings(levels_follow_fleet=False), 10_000)[:64]
     'at this traffic sparser levels page more surges: alarm.contamina'
     """
-    above = settings.contamination * events_per_window
+    from monitor.alarm.calibrate import BEST_NORMAL_ABOVE_UPPER
+
+    above = (settings.contamination if levels is None else levels[0]) * events_per_window
     if above < 3 * BEST_NORMAL_ABOVE_UPPER:
         return None
     upper = float(f"{BEST_NORMAL_ABOVE_UPPER / events_per_window:.1g}")
@@ -241,6 +238,15 @@ def levels_advice(settings, events_per_window: float) -> str | None:
     return (f"at this traffic sparser levels page more surges: alarm.contamination {upper:g}{graded} "
             f"(about {BEST_NORMAL_ABOVE_UPPER} normal events a window above the upper level instead of {above:,.0f}; "
             "docs/alarm.md)")
+
+
+def levels_note(settings, levels: "tuple[float, float | None] | None") -> str:
+    """Which levels the alarm weighs at, when the fleet moved them from the configured pair."""
+    if levels is None or tuple(levels) == (settings.contamination, settings.contamination_graded):
+        return ""
+    where = (f"above the level {_share(levels[0])}" if levels[1] is None
+             else f"between the levels {_share(levels[1])} and {_share(levels[0])}")
+    return f"; at this fleet's size the alarm weighs events {where} of normal events exceed (alarm.levels_follow_fleet)"
 
 
 def visibility_report(config, record: dict | None = None, model=None) -> dict:
@@ -253,7 +259,8 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     ``config.model.path``; a missing or unreadable file is said in the summary, not raised.
     Public: the config, the model file and released values only.
     """
-    from monitor.alarm.calibrate import alarm_levels, alarm_visibility, baseline_problem, normal_weight_kappa, visibility_for
+    from monitor.alarm.calibrate import (alarm_levels, alarm_visibility, baseline_problem, fleet_rung, level_ladder,
+                                         normal_weight_kappa, visibility_for)
     from monitor.errors import MonitorError
 
     a = config.alarm
@@ -278,15 +285,17 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
         except MonitorError as err:
             out["summary"] = f"unknown: {err}"
             return out
-    sight = _sight(model, *alarm_levels(model, a))
+    baseline = (record or {}).get("baseline_in_use")
+    # The levels the baseline in use was released at (they follow the fleet); the configured ones before.
+    levels = tuple(baseline["levels"]) if baseline and baseline.get("levels") else None
+    sight = _sight(model, *alarm_levels(model, a, levels))
     out["sight"] = None if sight is None else sight.as_dict()
     out["blind"] = bool(sight is not None and sight.blind)
-    baseline = (record or {}).get("baseline_in_use")
     if baseline:
         problem = baseline_problem(float(baseline["rate"]), float(baseline["events_per_window"]))
         out["baseline_problem"] = problem
     if baseline and not out["baseline_problem"]:
-        t_lo, t_hi = alarm_levels(model, a)
+        t_lo, t_hi = alarm_levels(model, a, levels)
         v = alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]), float(baseline["events_per_window"]),
                              float(baseline.get("rate_error", 0.0)),
                              baseline.get("kappa") or normal_weight_kappa(model, t_lo, t_hi))  # the traffic's own, if released
@@ -309,11 +318,14 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
                                f"{_share(hours[0].smallest_surge_share)}, at the busiest {_share(hours[1].smallest_surge_share)}"
                                + ("" if profile else f" (the day's profile comes with the first daily baseline; until then "
                                                       f"alarm.traffic_swing {a.traffic_swing:g})"))
-        out["levels_advice"] = levels_advice(a, v.events_per_window)
+        out["summary"] += levels_note(a, levels)
+        out["levels_advice"] = levels_advice(a, v.events_per_window, levels)
         if out["levels_advice"]:
             out["summary"] += "; " + out["levels_advice"]
         return out
-    vs = [_seen(visibility_for(config, model, n), sight) for n in VISIBILITY_TRAFFIC]
+    ladder = level_ladder(a)
+    vs = [_seen(visibility_for(config, model, n), _rung_sight(model, a, ladder[fleet_rung(ladder, n)]))
+          for n in VISIBILITY_TRAFFIC]
     out["source"] = "traffic"
     out["at"] = [_visibility_dict(v) for v in vs]
     head = (f"the baseline in use cannot be used ({out['baseline_problem']}); until one can, "
@@ -336,6 +348,23 @@ def _sight(model, t_lo: float, t_hi: float):
         return model_sight(model, t_lo, t_hi)
     except (AttributeError, TypeError):
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _sight_at(model, settings, shares):
+    from monitor.alarm.calibrate import alarm_levels
+
+    return _sight(model, *alarm_levels(model, settings, shares))
+
+
+def _rung_sight(model, settings, shares):
+    """The model's probe at one rung of the alarm's levels (the traffic figures move them)."""
+    try:
+        return _sight_at(model, settings, shares)
+    except TypeError:  # an unhashable stand-in for a model
+        from monitor.alarm.calibrate import alarm_levels
+
+        return _sight(model, *alarm_levels(model, settings, shares))
 
 
 def _seen(v, sight):

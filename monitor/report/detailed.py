@@ -299,7 +299,9 @@ def _normal_high(normal: np.ndarray, whole: float, normal_error: float) -> np.nd
     error means the guessed shares are not relied on at all)."""
     if normal_error == 0.0:
         return normal
-    return np.maximum(normal, np.minimum(whole, (1.0 + normal_error) * normal))
+    # A part guessed at 0 stays 0 (an infinite error times 0 is no number).
+    raised = np.where(normal > 0, (1.0 + normal_error) * np.where(normal > 0, normal, 1.0), 0.0)
+    return np.maximum(normal, np.minimum(whole, raised))
 
 
 def error_quantile(laplace_scales: Sequence[float], poisson_mean: float, normal_sd: float, a: float,
