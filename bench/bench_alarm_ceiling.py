@@ -12,9 +12,9 @@ derives from them (``calibrate.window_threshold``, the function the alarm uses).
 exact detector of the replay benchmarks at its best single flag level per set (binomial counts,
 the constant with one false page per 30 days).
 
-Rows: the alarm as configured; the same without its privacy noise (what the graded weight
-alone allows, at a normal tail: a little generous); and the exact detector's best level as a plain flag, with the alarm's noise
-(what the noise alone costs). A replay falls below the first row by what it does not know
+Rows: the alarm as configured, at the levels it moves to at each fleet's size; the same without its
+privacy noise (what the graded weight alone allows, at a normal tail: a little generous); and the
+exact detector's best level as a plain flag, with the alarm's noise (what the noise alone costs). A replay falls below the first row by what it does not know
 exactly (the first day, the profile's noise).
 
 Run: ``OMP_NUM_THREADS=1 python bench/bench_alarm_ceiling.py [--write]`` (about a minute).
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_alarm_real import LEVELS, SCALES, datasets, fit_set  # noqa: E402
 from report import REPO, write_section  # noqa: E402
 
-from monitor.alarm.calibrate import alarm_levels, graded_weights, window_threshold  # noqa: E402
+from monitor.alarm.calibrate import fleet_rung, graded_weights, level_ladder, rung_levels, window_threshold  # noqa: E402
 from monitor.alarm.reference import rhythm_variance  # noqa: E402
 from monitor.alarm.units import RESOLUTION, rhythm_interval  # noqa: E402
 from monitor.config import load_config  # noqa: E402
@@ -95,9 +95,11 @@ def main() -> None:
     for name in datasets():
         config, model, cached, T, A, bounds, normal, levels, _ = fit_set(base, name, args.seed)
         outlier = cached.score_samples(A)
-        lo, hi = alarm_levels(model, a)
-        w0, w1 = graded_weights(normal, lo, hi), graded_weights(outlier, lo, hi)
+        ladder = level_ladder(a)
         for n, share in SCALES:
+            # The levels the alarm moves to at this fleet's size (alarm.levels_follow_fleet).
+            levels = rung_levels(model, a, ladder[fleet_rung(ladder, n)])
+            w0, w1 = (np.mean([graded_weights(x, lo, hi) for lo, hi in levels], axis=0) for x in (normal, outlier))
             k = int(round(share * n))
             ex = exact_best(normal, outlier, n, k, rng)
             al = alarm_chance(w0, w1, n, k, a, rng)
@@ -141,9 +143,10 @@ def main() -> None:
         f"of the exact detector ({rows[(n, share)]['no noise'] / rows[(n, share)]['exact']:.2f} without its privacy noise), "
         f"and one graded pair for every set at best {pairs[((n, share), best_pair[(n, share)])] / rows[(n, share)]['exact']:.2f} "
         f"({best_pair[(n, share)][0]:g} / {best_pair[(n, share)][1]:g})"
-        for n, share in SCALES) + (". The replays above stay below these ceilings by what the alarm does not know "
-                                   "exactly; a weight whose levels follow the fleet (about 15 normal events a window "
-                                   "above the upper level) would lift the larger fleet's.")
+        for n, share in SCALES) + (". The alarm's levels are those it moves to at each fleet's size "
+                                   "(alarm.levels_follow_fleet: 1 % / 10 % at 1,500 people; at 10,000 each event weighs the mean of "
+                                   "its weights there and at 0.2 % / 2 %). "
+                                   "The replays above stay below these ceilings by what the alarm does not know exactly.")
     print(table)
     took = time.perf_counter() - t0
     if args.write:

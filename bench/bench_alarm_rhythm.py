@@ -111,11 +111,11 @@ def alarm_weights(model, config: MonitorConfig, scores: np.ndarray) -> np.ndarra
     except ImportError:  # the alarm's API moved: its upper level's plain flag
         return (scores > model.threshold_for(config.alarm.contamination)).astype(float)[:, None]
     try:
-        from monitor.alarm.calibrate import level_ladder
-        rungs = [alarm_levels(model, config.alarm, shares) for shares in level_ladder(config.alarm)]
+        from monitor.alarm.calibrate import level_ladder, rung_levels
+        rungs = [rung_levels(model, config.alarm, shares) for shares in level_ladder(config.alarm)]
     except ImportError:
-        rungs = [alarm_levels(model, config.alarm)]
-    return np.stack([graded_weights(scores, lo, hi) for lo, hi in rungs], axis=1)
+        rungs = [[alarm_levels(model, config.alarm)]]
+    return np.stack([np.mean([graded_weights(scores, lo, hi) for lo, hi in levels], axis=0) for levels in rungs], axis=1)
 
 
 def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,

@@ -30,8 +30,8 @@ import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
 from monitor.alarm.baseline import profile_load
-from monitor.alarm.calibrate import (alarm_levels, baseline_misfit, baseline_problem, is_graded, level_ladder,
-                                     normal_weight_kappa, normal_weight_rate, weight_units)
+from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
+                                     rung_levels, rung_units)
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
@@ -87,16 +87,17 @@ class WindowReleaser:
         self.model = model
         self._noise = noise_source(rng)
         a = config.alarm
-        # The alarm's two calibrated levels (docs/design.md#graded-weights), at each rung they may
-        # move to as the fleet's size shows; kappa = E[w^2] / E[w] of normal events.
+        # The alarm's calibrated levels (docs/design.md#graded-weights) at each rung they may move
+        # to as the fleet's size shows (``rung_levels``); kappa = E[w^2] / E[w] of normal events.
         self.level_shares = level_ladder(a)
-        self.rungs = [alarm_levels(model, a, shares) for shares in self.level_shares]
+        self.rungs = [rung_levels(model, a, shares) for shares in self.level_shares]
         self.rung = 0
-        self.level_lo, self.level_hi = self.rungs[0]
+        self.levels = self.rungs[0]
+        self.level_lo, self.level_hi = self.levels[0]  # the configured pair's
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
-                                kappa=normal_weight_kappa(model, self.level_lo, self.level_hi),
+                                kappa=normal_weight_moments(model, self.levels, a.contamination)[1],
                                 traffic_swing=a.traffic_swing)
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
@@ -161,13 +162,13 @@ class WindowReleaser:
         if rung == self.rung:
             return
         self.rung = rung
-        self.level_lo, self.level_hi = self.rungs[rung]
-        self.alarm.kappa = normal_weight_kappa(self.model, self.level_lo, self.level_hi)
+        self.levels = self.rungs[rung]
+        self.alarm.kappa = normal_weight_moments(self.model, self.levels, self.config.alarm.contamination)[1]
         if self.alarm.run is not None and window is not None:
             self.ledger.end_charge(self._run_charge_id, window.start)
             self.alarm.close_run()
         if self.reference is not None:
-            self.reference.relevel(lambda scores: weight_units(scores, self.level_lo, self.level_hi, RESOLUTION))
+            self.reference.relevel(lambda scores: rung_units(scores, self.levels, RESOLUTION))
 
     # -- one window ---------------------------------------------------------------------
     def release(self, window: ClosedWindow, released_at: float) -> ReleasedWindow:
@@ -208,7 +209,7 @@ class WindowReleaser:
             obj.__dict__.clear()
             obj.__dict__.update(saved)
         self.rung = state["rung"]
-        self.level_lo, self.level_hi = self.rungs[self.rung]
+        self.levels = self.rungs[self.rung]
         self._run_span = state["run_span"]
         self._run_charge_id = state["run_charge_id"]
         self.reference = state["reference"]
@@ -228,7 +229,7 @@ class WindowReleaser:
         n = window.n_events
         scores = self.model.score_samples(X) if n else np.zeros(0)
         # Each event's weight at every rung of the levels; the baseline keeps every rung's totals.
-        every = np.stack([weight_units(scores, lo, hi, RESOLUTION) for lo, hi in self.rungs])
+        every = np.stack([rung_units(scores, levels, RESOLUTION) for levels in self.rungs])
         charges: list[dict] = []
         index = None if self.reference is None else self.reference.window_index(window.start)
 
@@ -237,8 +238,7 @@ class WindowReleaser:
         unusual = self._weighted_unusual(X, every[0]) if self.baseline.n_parts else None
 
         # Baseline: accumulate, and release on its public schedule.
-        self.baseline.learn_one(window.start, window.end, every / RESOLUTION if len(self.rungs) > 1 else every[0] / RESOLUTION,
-                                window.entities if self.baseline.flag_cap else (),
+        self.baseline.learn_one(window.start, window.end, every / RESOLUTION, window.entities if self.baseline.flag_cap else (),
                                 parts=part_of(unusual, self.parts) if unusual is not None else None)
         released_baseline = None
         if self.baseline.due(window.end):
@@ -403,15 +403,14 @@ class WindowReleaser:
         (MODEL_PARTS_ERROR)."""
         est = self.baseline.estimate
         cfg = self.config
-        share = est.rate if est is not None else normal_weight_rate(self.model, self.level_lo, self.level_hi,
-                                                                  cfg.alarm.contamination)
+        share = est.rate if est is not None else normal_weight_moments(self.model, self.levels, cfg.alarm.contamination)[0]
         if not self.parts:
             return share, None, 0.0
         if est is not None and est.normal_parts is not None and len(est.normal_parts) == len(self.parts):
             return share, est.normal_parts, 0.0
         if getattr(self, "_model_parts", None) is None:
             self._model_parts = normal_part_shares(
-                self.model, lambda s: weight_units(s, self.level_lo, self.level_hi, RESOLUTION), self.grid_thresholds, self.parts)
+                self.model, lambda s: rung_units(s, self.levels, RESOLUTION), self.grid_thresholds, self.parts)
         return share, self._model_parts, MODEL_PARTS_ERROR
 
     def _report(self, window: ClosedWindow, units: np.ndarray, reason: str | None = None,

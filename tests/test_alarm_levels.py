@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, BaselineTracker, RhythmReference
-from monitor.alarm.calibrate import alarm_levels, fleet_rung, level_ladder, weight_units
+from monitor.alarm.calibrate import (fleet_rung, level_ladder, normal_weight_moments, rung_levels, rung_units,
+                                     weight_units)
 from monitor.budget import BudgetAccountant, WindowLedger
 from monitor.config import parse_config
 from monitor.data.traffic import Traffic
@@ -151,21 +152,22 @@ def test_relevel_weighs_the_history_as_if_it_had_been_learnt_at_the_new_levels()
 def test_a_large_fleet_moves_to_sparser_levels_at_its_first_baseline_and_keeps_them_after_a_restart(tmp_path, vitals_model):
     config = _config(tmp_path)
     releaser = _releaser(config, vitals_model)
-    assert (releaser.level_lo, releaser.level_hi) == alarm_levels(vitals_model, config.alarm)  # the warm-up: as configured
+    assert releaser.levels == rung_levels(vitals_model, config.alarm)  # the warm-up: as configured
     records = _release(releaser, 3_000, range(6))
     first = next(r for r in records if r["baseline"])
     assert first["baseline"]["levels"] == list(LADDER[1])
     assert records[-1]["baseline_in_use"]["levels"] == list(LADDER[1])
-    assert (releaser.level_lo, releaser.level_hi) == alarm_levels(vitals_model, config.alarm, LADDER[1])
+    # Each event weighs the mean of its weights at the configured pair and at the rung's.
+    assert releaser.levels == rung_levels(vitals_model, config.alarm, LADDER[1]) and len(releaser.levels) == 2
     assert records[-1]["alarm_detail"]["state"] in ("quiet", "fired")  # the alarm answers at the new levels
     # The rhythm reference's history was weighed again at the new levels.
     ids, units, _ = releaser.reference._windows[0]
     scores = releaser.reference._scores[0].astype(float)
-    assert np.array_equal(units, weight_units(scores, releaser.level_lo, releaser.level_hi, RESOLUTION))
+    assert np.array_equal(units, rung_units(scores, releaser.levels, RESOLUTION))
 
     restarted = _releaser(config, vitals_model, seed=6)
     assert restarted.rung == 1 and restarted.baseline.estimate.levels == LADDER[1]
-    assert (restarted.level_lo, restarted.level_hi) == (releaser.level_lo, releaser.level_hi)
+    assert restarted.levels == releaser.levels
     later = _release(restarted, 3_000, range(6, 8))
     assert later[-1]["alarm_detail"]["state"] in ("quiet", "fired")
 
@@ -179,7 +181,7 @@ def test_a_small_fleet_keeps_the_configured_levels(tmp_path, vitals_model):
     releaser = _releaser(config, vitals_model)
     records = _release(releaser, 400, range(6))
     assert records[-1]["baseline_in_use"]["levels"] == list(LADDER[0])
-    assert releaser.rung == 0 and releaser.level_hi == alarm_levels(vitals_model, config.alarm)[1]
+    assert releaser.rung == 0 and releaser.levels == rung_levels(vitals_model, config.alarm)
 
 
 def test_an_absolute_threshold_pins_the_levels(tmp_path, vitals_model):
@@ -187,3 +189,20 @@ def test_an_absolute_threshold_pins_the_levels(tmp_path, vitals_model):
     releaser = _releaser(config, vitals_model)
     records = _release(releaser, 3_000, range(6))
     assert records[-1]["baseline_in_use"]["levels"] is None and releaser.rung == 0
+
+
+def test_a_rungs_weight_is_the_mean_of_its_pairs_and_its_moments_follow(vitals_model, tmp_path):
+    """A rung's weight stays in [0, 1] (one person still moves a window by at most 1) and is the
+    mean of the two pairs' weights; its normal moments from the model's calibration match the
+    single pair's where both pairs are the same, and lie between the two pairs' rates."""
+    a = _config(tmp_path).alarm
+    dense, sparse = rung_levels(vitals_model, a, LADDER[2])
+    scores = np.concatenate([np.linspace(dense[0] - 1, sparse[1] + 1, 500), [dense[0], dense[1], sparse[0], sparse[1]]])
+    units = rung_units(scores, (dense, sparse), RESOLUTION)
+    assert units.min() >= 0 and units.max() == RESOLUTION
+    assert np.all(np.abs(units - (weight_units(scores, *dense, RESOLUTION) + weight_units(scores, *sparse, RESOLUTION)) / 2) <= 0.5)
+    one = normal_weight_moments(vitals_model, (dense,), 0.01)
+    assert normal_weight_moments(vitals_model, (dense, dense), 0.01) == pytest.approx(one, rel=1e-3)
+    mixed = normal_weight_moments(vitals_model, (dense, sparse), 0.01)[0]
+    low = normal_weight_moments(vitals_model, (sparse,), 0.01)[0]
+    assert low < mixed < one[0] and mixed == pytest.approx((low + one[0]) / 2, rel=1e-2)

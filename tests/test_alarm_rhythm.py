@@ -351,7 +351,7 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
     large = dict(small, rate=0.006, events_per_window=10_000.0, levels=[0.002, 0.02])
     out = visibility_report(config, {"baseline_in_use": large}, model=vitals_model)
     assert out["levels_advice"] is None
-    assert "weighs events between the levels 2 % and 0.2 % of normal events exceed" in out["summary"]
+    assert "at the levels 2 % / 0.2 % of normal events exceed" in out["summary"]
     fixed = parse_config({"features": features, "alarm": {"levels_follow_fleet": False}})
     out = visibility_report(fixed, {"baseline_in_use": dict(large, rate=0.03, levels=None)}, model=vitals_model)
     assert "alarm.contamination 0.002 and alarm.contamination_graded 0.02" in out["summary"]

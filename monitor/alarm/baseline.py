@@ -322,8 +322,8 @@ class BaselineTracker:
         if self._span_start is None:
             self._span_start = float(window_start)
         w = np.asarray(flagged)
-        w = w.reshape(self.n_rungs, -1) if w.ndim == 2 or self.n_rungs > 1 else w.reshape(1, -1)
-        if w.shape[0] != self.n_rungs:
+        w = w.reshape(1, -1) if w.ndim < 2 else w
+        if w.ndim != 2 or w.shape[0] != self.n_rungs:
             raise ValueError(f"one row of weights per rung is needed ({self.n_rungs}), got {w.shape[0]}")
         # A weight outside [0, 1] (or NaN) would break the sensitivity: clip it here, whatever the caller did.
         w = np.clip(np.nan_to_num(w.astype(float), nan=0.0), 0.0, 1.0)

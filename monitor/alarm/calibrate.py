@@ -54,6 +54,9 @@ __all__ = [
     "alarm_levels",
     "level_ladder",
     "fleet_rung",
+    "rung_levels",
+    "rung_units",
+    "normal_weight_moments",
     "is_graded",
     "graded_weights",
     "weight_units",
@@ -134,8 +137,8 @@ def alarm_levels(model, settings, levels: "tuple[float, float | None] | None" = 
 # sets at 1,500 and at 10,000 people (docs/benchmarks/alarm-rhythm.md, the ceiling and the large
 # fleet): the shipped 1 % at 1,500 people; at 10,000, 0.2 % (a fifth of the count 1 % gives).
 BEST_NORMAL_ABOVE_UPPER = 15
-# The rungs the levels may move to, as factors of the configured pair: only sparser, so a small
-# fleet keeps its levels and a large one reaches 0.2 % / 2 % from the shipped 1 % / 10 %.
+# The sparser pairs a rung adds to the configured one, as factors of it: a small fleet keeps its
+# levels, a large one weighs events at 1 % / 10 % and at 0.2 % / 2 % from the shipped pair.
 LADDER_FACTORS = (1.0, 0.5, 0.2)
 # A rung in use is kept while the best share is within this factor of its own: a fleet that
 # grows or shrinks a little does not move the levels (each move restarts the day's comparison).
@@ -143,9 +146,11 @@ RUNG_TOLERANCE = 2.0
 
 
 def level_ladder(settings) -> "tuple[tuple[float, float | None], ...]":
-    """The (contamination, contamination_graded) pairs the alarm may weigh at (public: the
-    config): with ``levels_follow_fleet`` the configured pair and its ``LADDER_FACTORS``; the
-    configured pair alone without it or with an absolute ``threshold`` (a count at those levels).
+    """The rungs of the alarm's levels, each named by its sparsest (contamination,
+    contamination_graded) pair (public: the config): with ``levels_follow_fleet`` the configured
+    pair and its ``LADDER_FACTORS``; the configured pair alone without it or with an absolute
+    ``threshold`` (a count at those levels). A rung above the first weighs each event by the mean
+    of its weights at the configured pair and at the rung's own (``rung_levels``).
 
     >>> from monitor.config import AlarmSettings
     >>> [tuple(round(x, 6) for x in rung) for rung in level_ladder(AlarmSettings())]
@@ -155,6 +160,32 @@ def level_ladder(settings) -> "tuple[tuple[float, float | None], ...]":
     factors = LADDER_FACTORS if follow else (1.0,)
     graded = settings.contamination_graded
     return tuple((settings.contamination * f, None if graded is None else graded * f) for f in factors)
+
+
+def rung_levels(model, settings, shares: "tuple[float, float | None] | None" = None
+                ) -> "tuple[tuple[float, float], ...]":
+    """The (t_lo, t_hi) score levels of a rung of ``level_ladder``: the configured pair's, and
+    the rung's own when it is sparser. Why both, not the sparser alone: on the shared sets at
+    10,000 people the sparse pair alone saw the most surges (0.73 of the exact detector's
+    ceiling, against 0.52 for the configured pair and 0.69 for both), but on the vitals simulator,
+    whose anomalies score less far out, it paged a third of the surges where the configured
+    pair paged 0.61 and both 0.56: the mean of the two does not bet on how far out anomalies
+    score."""
+    dense = alarm_levels(model, settings)
+    if shares is None or tuple(shares) == (settings.contamination, settings.contamination_graded):
+        return (dense,)
+    return dense, alarm_levels(model, settings, shares)
+
+
+def rung_units(scores: "np.ndarray", levels: "Sequence[tuple[float, float]]", resolution: int) -> np.ndarray:
+    """Each event's weight at a rung's ``levels`` (``rung_levels``) in integer units: the floor of
+    the mean of its ``weight_units`` at each pair, so still in [0, resolution].
+
+    >>> rung_units(np.array([0.0, 1.5, 2.5, 9.0]), [(1.0, 2.0), (2.0, 3.0)], 4096).tolist()
+    [0, 1024, 3072, 4096]
+    """
+    total = sum(weight_units(scores, lo, hi, resolution) for lo, hi in levels)
+    return np.asarray(total, dtype=np.int64) // len(levels)
 
 
 def fleet_rung(ladder: "Sequence[tuple[float, float | None]]", events_per_window: float,
@@ -517,6 +548,31 @@ def normal_weight_rate(model, t_lo: float, t_hi: float, fallback: float) -> floa
         return float(fallback)
 
 
+def normal_weight_moments(model, levels: "Sequence[tuple[float, float]]", fallback: float) -> tuple[float, float]:
+    """(E[w], kappa) of normal events' weights at a rung's ``levels`` (``rung_units``), from the
+    model's calibrated score shares (public post-processing): ``normal_weight_rate`` and
+    ``normal_weight_kappa`` for one pair; for a mean of pairs, w(s) is monotone in the score, so
+    E[w] = int S(s) dw(s) and E[w^2] = int 2 w(s) S(s) dw(s), with S the share of normal scores
+    above s. ``fallback`` (and kappa 1) for an uncalibrated model."""
+    if len(levels) == 1:
+        (t_lo, t_hi), = levels
+        return normal_weight_rate(model, t_lo, t_hi, fallback), normal_weight_kappa(model, t_lo, t_hi)
+    lo, hi = min(p[0] for p in levels), max(p[1] for p in levels)
+    s = np.linspace(lo, hi, 1025) if hi > lo else np.array([lo, lo + 1e-9])
+    w = np.mean([graded_weights(s, a, b) for a, b in levels], axis=0)
+    mid = 0.5 * (s[1:] + s[:-1])
+    try:
+        share = np.asarray(model.normal_share_above(mid), dtype=float)
+    except (AttributeError, ValueError):
+        return float(fallback), 1.0
+    dw = np.diff(w)
+    mean = float(np.sum(share * dw))
+    if not mean > 0:
+        return mean, 1.0
+    second = float(np.sum(2.0 * 0.5 * (w[1:] + w[:-1]) * share * dw))
+    return mean, float(min(1.0, max(KAPPA_FLOOR, second / mean)))
+
+
 def visibility_for(config, model, events_per_window: float, warmup: bool = True) -> AlarmVisibility:
     """What the shipped alarm can see at ``events_per_window`` people per window, before any
     baseline (for ``monitor budget`` and the start-up plan): the rate and kappa from the
@@ -534,10 +590,8 @@ def visibility_for(config, model, events_per_window: float, warmup: bool = True)
     a = config.alarm
     size = config.window.size_seconds
     ladder = level_ladder(a)  # the levels that traffic would move the alarm to
-    shares = ladder[fleet_rung(ladder, events_per_window)]
-    t_lo, t_hi = alarm_levels(model, a, shares)
-    rate = normal_weight_rate(model, t_lo, t_hi, shares[0])
-    kappa = normal_weight_kappa(model, t_lo, t_hi)
+    levels = rung_levels(model, a, ladder[fleet_rung(ladder, events_per_window)])
+    rate, kappa = normal_weight_moments(model, levels, a.contamination)
     span = a.baseline_warmup_seconds if warmup else a.baseline_refresh_seconds
     w = span_windows(span, size)
     capped = config.stream.entity_field is not None
@@ -545,7 +599,7 @@ def visibility_for(config, model, events_per_window: float, warmup: bool = True)
     cap = a.baseline_flag_cap if warmup else span_flag_cap(a.baseline_flag_cap, eps_flagged, w, events_per_window, rate)
     err = baseline_rate_error(rate, events_per_window, w, eps_flagged, a.epsilon_baseline_events,
                               min(cap, w) if capped else 1, w if capped else 1,
-                              flagged_parts=2 if is_graded(t_lo, t_hi) else 1)
+                              flagged_parts=2 if is_graded(*levels[0]) else 1)
     return alarm_visibility(a, size, rate, events_per_window, err, kappa)
 
 

@@ -241,12 +241,13 @@ def levels_advice(settings, events_per_window: float, levels: "tuple[float, floa
 
 
 def levels_note(settings, levels: "tuple[float, float | None] | None") -> str:
-    """Which levels the alarm weighs at, when the fleet moved them from the configured pair."""
+    """Which levels the alarm weighs at, when the fleet moved them from the configured pair alone
+    (``calibrate.rung_levels``: each event weighs the mean of its weights at both pairs)."""
     if levels is None or tuple(levels) == (settings.contamination, settings.contamination_graded):
         return ""
-    where = (f"above the level {_share(levels[0])}" if levels[1] is None
-             else f"between the levels {_share(levels[1])} and {_share(levels[0])}")
-    return f"; at this fleet's size the alarm weighs events {where} of normal events exceed (alarm.levels_follow_fleet)"
+    pair = (f"{_share(levels[0])}" if levels[1] is None else f"{_share(levels[1])} / {_share(levels[0])}")
+    return ("; at this fleet's size each event weighs the mean of its weights at the configured levels and at the "
+            f"levels {pair} of normal events exceed (alarm.levels_follow_fleet)")
 
 
 def visibility_report(config, record: dict | None = None, model=None) -> dict:
@@ -259,8 +260,8 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     ``config.model.path``; a missing or unreadable file is said in the summary, not raised.
     Public: the config, the model file and released values only.
     """
-    from monitor.alarm.calibrate import (alarm_levels, alarm_visibility, baseline_problem, fleet_rung, level_ladder,
-                                         normal_weight_kappa, visibility_for)
+    from monitor.alarm.calibrate import (alarm_visibility, baseline_problem, fleet_rung, level_ladder, normal_weight_moments,
+                                         rung_levels, visibility_for)
     from monitor.errors import MonitorError
 
     a = config.alarm
@@ -288,17 +289,17 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     baseline = (record or {}).get("baseline_in_use")
     # The levels the baseline in use was released at (they follow the fleet); the configured ones before.
     levels = tuple(baseline["levels"]) if baseline and baseline.get("levels") else None
-    sight = _sight(model, *alarm_levels(model, a, levels))
+    sight = _rung_sight(model, a, levels)
     out["sight"] = None if sight is None else sight.as_dict()
     out["blind"] = bool(sight is not None and sight.blind)
     if baseline:
         problem = baseline_problem(float(baseline["rate"]), float(baseline["events_per_window"]))
         out["baseline_problem"] = problem
     if baseline and not out["baseline_problem"]:
-        t_lo, t_hi = alarm_levels(model, a, levels)
+        # The traffic's own kappa, if released; else the model's at the baseline's levels.
+        kappa = baseline.get("kappa") or normal_weight_moments(model, rung_levels(model, a, levels), a.contamination)[1]
         v = alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]), float(baseline["events_per_window"]),
-                             float(baseline.get("rate_error", 0.0)),
-                             baseline.get("kappa") or normal_weight_kappa(model, t_lo, t_hi))  # the traffic's own, if released
+                             float(baseline.get("rate_error", 0.0)), kappa)
         v = _seen(v, sight)
         out["source"] = "baseline"
         out["at"] = [_visibility_dict(v)]
@@ -311,7 +312,7 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
             loads = (min(profile), max(profile)) if profile else (1.0 - a.traffic_swing, 1.0 + a.traffic_swing)
             hours = [_seen(alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]),
                                             float(baseline["events_per_window"]), float(baseline.get("rate_error", 0.0)),
-                                            baseline.get("kappa") or normal_weight_kappa(model, t_lo, t_hi), load), sight)
+                                            kappa, load), sight)
                      for load in loads]
             out["hours"] = {"quietest": _visibility_dict(hours[0]), "busiest": _visibility_dict(hours[1])}
             out["summary"] += (f"; {RHYTHM_NOTE}; at the quietest hour "
@@ -339,32 +340,33 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     return out
 
 
-def _sight(model, t_lo: float, t_hi: float):
-    """The model's probe at the alarm's levels (``monitor.model.sight``), None for an object
+def _sight(model, levels):
+    """The model's probe at a rung's score levels (``monitor.model.sight``), None for an object
     that is not a fitted GridKNN."""
-    from monitor.model.sight import model_sight
+    from monitor.model.sight import model_sight_at
 
     try:
-        return model_sight(model, t_lo, t_hi)
+        return model_sight_at(model, levels)
     except (AttributeError, TypeError):
         return None
 
 
 @functools.lru_cache(maxsize=8)
 def _sight_at(model, settings, shares):
-    from monitor.alarm.calibrate import alarm_levels
+    from monitor.alarm.calibrate import rung_levels
 
-    return _sight(model, *alarm_levels(model, settings, shares))
+    return _sight(model, rung_levels(model, settings, shares))
 
 
 def _rung_sight(model, settings, shares):
-    """The model's probe at one rung of the alarm's levels (the traffic figures move them)."""
+    """The model's probe at one rung of the alarm's levels (``shares``: the rung's sparsest pair,
+    None for the configured one); the traffic figures move them."""
     try:
         return _sight_at(model, settings, shares)
     except TypeError:  # an unhashable stand-in for a model
-        from monitor.alarm.calibrate import alarm_levels
+        from monitor.alarm.calibrate import rung_levels
 
-        return _sight(model, *alarm_levels(model, settings, shares))
+        return _sight(model, rung_levels(model, settings, shares))
 
 
 def _seen(v, sight):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Sight", "model_sight", "SIGHT_BLIND", "SIGHT_SIGNAL"]
+__all__ = ["Sight", "model_sight", "model_sight_at", "SIGHT_BLIND", "SIGHT_SIGNAL"]
 
 PROBE_POINTS = 4000
 PROBE_SEED = 1  # public: which synthetic points are pushed, and where to
@@ -112,15 +112,26 @@ def probe_points(model, n: int = PROBE_POINTS) -> tuple[np.ndarray, np.ndarray]:
 
 def model_sight(model, t_lo: float, t_hi: float) -> Sight:
     """Probe ``model`` at the alarm's levels (``monitor.alarm.calibrate.alarm_levels``)."""
+    return model_sight_at(model, [(t_lo, t_hi)])
+
+
+def model_sight_at(model, levels: "list[tuple[float, float]] | tuple[tuple[float, float], ...]") -> Sight:
+    """Probe ``model`` at a rung of the alarm's levels (``calibrate.rung_levels``): the weight is
+    the mean of the graded weights at each (t_lo, t_hi) pair, and an event weighs fully above
+    the highest t_hi."""
     from monitor.alarm.calibrate import graded_weights
+
+    def weight(scores: np.ndarray) -> float:
+        return float(np.mean([graded_weights(scores, lo, hi) for lo, hi in levels], axis=0).mean())
 
     B, P = probe_points(model)
     if not len(P):
         return Sight(0.0, 0.0, 0.0, 0.0, 0, *_needed(model))
-    wb = float(graded_weights(model._score_unit(B), t_lo, t_hi).mean())
+    wb = weight(model._score_unit(B))
     pushed = model._score_unit(P)
-    wp = float(graded_weights(pushed, t_lo, t_hi).mean())
-    return Sight(max(0.0, wp - wb), wp, wb, float((pushed > t_hi).mean()), len(P), *_needed(model))
+    wp = weight(pushed)
+    top = max(hi for _, hi in levels)
+    return Sight(max(0.0, wp - wb), wp, wb, float((pushed > top).mean()), len(P), *_needed(model))
 
 
 def _needed(model) -> tuple[float | None, float | None]:
