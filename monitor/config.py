@@ -166,10 +166,11 @@ class AlarmSettings(_Strict):
         "moves it by at most 1. null: the plain flag at the upper level."
     )
     levels_follow_fleet: bool = Field(
-        True, description="Move both levels to a sparser rung (a half or a fifth of contamination and "
-        "contamination_graded) when the released event count shows a large fleet: about 15 normal events a window above "
-        "the upper level page the most surges (docs/alarm.md). Chosen from the released count at each baseline, so free; "
-        "a move restarts the day's comparison and the alarm's run. false: the configured levels at any traffic."
+        True, description="When the released event count shows a large fleet, weigh each event by the mean of its weights "
+        "at the configured levels and at a sparser pair (a half or a fifth of contamination and contamination_graded, the "
+        "one with about 15 normal events a window above its upper level; docs/alarm.md). Chosen from the released count "
+        "at each baseline, so free; a move restarts the day's comparison and the alarm's run. false: the configured "
+        "levels at any traffic."
     )
     false_pages_per_30_days: float = Field(
         1.0, gt=0, description="Expected false pages per 30 days of quiet traffic: the threshold is derived from it, the "

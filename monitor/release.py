@@ -298,11 +298,9 @@ class WindowReleaser:
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))
 
         if self.reference is not None:
-            # Every window, warm-up included. A page given while the day's shape was known is
-            # marked, so the day-old sets leave it out; one given before (the first day's
-            # trend paging at a shift change) is the day's shape and stays in.
-            self.reference.learn_one(index, units, window.entities,
-                                     paged=answer.alarm and answer.compared_with == "rhythm", scores=scores)
+            # Every window, warm-up included. A window that paged or held is marked, so the
+            # day-old sets bridge it (a surge is not the next day's normal; a ramp stays a ramp).
+            self.reference.learn_one(index, units, window.entities, paged=answer.alarm, scores=scores)
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
         # and still leaves room for the next alarm run and report.reserve_pages pages.

@@ -448,9 +448,9 @@ def test_a_day_that_spent_the_budget_does_not_silence_the_days_after(tmp_path, v
     assert {"quiet", "fired"} & set(states[2 * 96:])  # the third day is answered again
 
 
-def test_only_pages_against_a_known_day_shape_are_left_out_of_later_days(tmp_path, vitals_model):
-    """The first day's pages (the trend, before the day's shape is known) stay in the day-old
-    sets; pages given in the rhythm mode are marked for them to leave out."""
+def test_every_window_that_paged_or_held_is_marked_for_the_day_old_sets(tmp_path, vitals_model):
+    """Pages of the first day (the trend, before the day's shape is known) and of later days alike
+    are marked, so the day-old sets bridge them; quiet windows are not."""
     releaser = _vitals_releaser(tmp_path, vitals_model, epsilon=40.0)
     marked = {}
     learn = releaser.reference.learn_one
@@ -464,8 +464,24 @@ def test_only_pages_against_a_known_day_shape_are_left_out_of_later_days(tmp_pat
     details = _release_days(releaser, 2, surges)
     paging = {i: d["compared_with"] for i, d in enumerate(details) if d["state"] in ("fired", "held")}
     assert {"recent", "rhythm"} <= set(paging.values())  # pages before and after the day's shape was known
-    assert all(marked[i] == (mode == "rhythm") for i, mode in paging.items())
+    assert all(marked[i] for i in paging)
     assert not any(marked[i] for i in range(len(details)) if i not in paging)
+
+
+def test_a_day_old_page_is_bridged_by_the_straight_line_between_its_neighbours():
+    """A surge that paged yesterday at this hour is not today's normal, and a ramp stays a ramp:
+    the day-old sets replace marked windows by the line between their unmarked neighbours, so a
+    spike on a linear ramp, marked, predicts what the ramp alone predicts (and, unmarked, does not)."""
+    kw = dict(recent_windows=4, seasonal_windows=3, period_seconds=3000)  # a "day" of 10 windows
+    refs = {case: RhythmReference(300, **kw) for case in ("ramp", "marked", "unmarked")}
+    for j in range(14):
+        spike = j in (3, 4, 5)
+        refs["ramp"].learn_one(j, np.array([40 * j]), ["a"])
+        refs["marked"].learn_one(j, np.array([4096 if spike else 40 * j]), ["a"], paged=spike)
+        refs["unmarked"].learn_one(j, np.array([4096 if spike else 40 * j]), ["a"])
+    got = {case: ref.compare(14, np.array([40 * 14]), ["a"], m=0, low_units=4096) for case, ref in refs.items()}
+    assert {c.mode for c in got.values()} == {"rhythm"}
+    assert got["marked"].statistic == got["ramp"].statistic != got["unmarked"].statistic
 
 
 def test_a_refresh_whose_rate_is_unusable_keeps_the_previous_estimate_in_use():

@@ -23,16 +23,16 @@ over the last SEASONAL_DAYS days there are (a surge one day then weighs half as 
 Before a day of history, the least-squares line through the last ``recent_windows`` windows (TT_i),
 extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
 Today's windows all count, paged or not: a lasting change (a shift that starts, new
-firmware) pages once and is learnt within the hour. The day-old sets leave out windows that
-paged or held against a known day's shape (the caller marks them: ``learn_one(paged=...)``),
-so a surge that paged is not a later day's normal, unless those are most of a set. The first
-day's pages are not marked: before the day's shape is known the trend pages at a shift
-change, and leaving those windows out bent the next days' sets around the ramp (a false page
-there every day at 10,000 people). Reaching further back for
-unpaged windows instead was tried: around a ramp the sets then reached into the other regime
-and paged at the ramp every day. A surge that did not page at the same hour on the days
-before still lowers today's statistic there (a 3-window surge, by 0.3 of its size for each of
-the two days, with 5 seasonal windows).
+firmware) pages once and is learnt within the hour. In the day-old sets a window that paged
+or held (the caller marks it: ``learn_one(paged=...)``) is bridged: replaced by the straight
+line between the nearest unmarked windows on either side (``_bridged``), so a surge that paged
+is not a later day's normal, and a ramp that paged (the first day's trend at a shift change)
+stays a ramp. Two ways that failed: leaving marked windows out moved a set's centre off the
+ramp (a false page at each switch, every day, at 10,000 people), and keeping the first day's
+pages in made a surge that paged on the first day the next days' normal at its hour (on the
+vitals simulator, whose surges recur at the same hours, the second day paged 2 of 6). A surge
+that did not page at the same hour on the days before still lowers today's statistic there (a
+3-window surge, by 0.3 of its size for each of the two days, with 5 seasonal windows).
 
 The statistic is
 
@@ -243,20 +243,45 @@ class RhythmReference:
         out = [j for j in range(before - 1, before - 1 - 4 * count, -1) if j in self._windows][:count]
         return out[::-1]
 
-    def _day_shape(self, day: int) -> tuple[list[int], list[int]] | None:
-        """(the windows around ``day``, the hour before them) of a day-old hour, or None when
-        too few were kept (the monitor was not running). Windows that paged or held are left
-        out, so a surge that paged is not a later day's normal; where they are most of a set
-        (a ramp that paged on the first day), the set keeps them: it is the day's shape."""
-        def unpaged(windows: list[int]) -> list[int]:
-            kept = [j for j in windows if not self._windows[j][2]]
-            return kept if 2 * len(kept) >= len(windows) else windows
-
+    def _day_shape(self, day: int) -> "tuple[tuple[list[int], np.ndarray], tuple[list[int], np.ndarray]] | None":
+        """The means over the windows around ``day`` and over the hour before them, a day-old
+        hour, each as (windows, coefficients) (``_bridged``), or None when too few were kept (the
+        monitor was not running)."""
         same = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
         before = [j for j in range(day - self.recent_windows, day) if j in self._windows]
         if 2 * len(same) < 2 * self.half_seasonal + 1 or 2 * len(before) < self.recent_windows:
             return None
-        return unpaged(same), unpaged(before)
+        return self._bridged(same), self._bridged(before)
+
+    def _bridged(self, windows: list[int]) -> tuple[list[int], np.ndarray]:
+        """The mean over ``windows`` as coefficients on kept windows, each window that paged or
+        held replaced by the straight line between the nearest windows on either side that did
+        not (within ``recent_windows``; the one side where the other has none; the window itself
+        where neither has). A surge that paged is then not a later day's normal, and a ramp that
+        paged (a shift change the first day's trend could not follow) stays a ramp: leaving such
+        windows out instead moved a set's centre off the ramp and paged there every day."""
+        share = 1.0 / len(windows)
+        coef: dict[int, float] = {}
+
+        def unpaged(steps: range) -> "int | None":
+            return next((k for k in steps if k in self._windows and not self._windows[k][2]), None)
+
+        for j in windows:
+            lo = hi = None
+            if self._windows[j][2]:
+                lo = unpaged(range(j - 1, j - 1 - self.recent_windows, -1))
+                hi = unpaged(range(j + 1, j + 1 + self.recent_windows))
+            if lo is None and hi is None:
+                coef[j] = coef.get(j, 0.0) + share
+            elif lo is None or hi is None:
+                side = hi if lo is None else lo
+                coef[side] = coef.get(side, 0.0) + share
+            else:
+                t = (j - lo) / (hi - lo)
+                coef[lo] = coef.get(lo, 0.0) + share * (1.0 - t)
+                coef[hi] = coef.get(hi, 0.0) + share * t
+        keys = sorted(coef)
+        return keys, np.array([coef[k] for k in keys])
 
     def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], np.ndarray]]]:
         """The mode and the prediction's parts, each (windows, their coefficients): public (the
@@ -268,9 +293,8 @@ class RhythmReference:
                 # The level now, plus the shape: at this hour minus the hour before, averaged over
                 # the days there are (a surge one day weighs half as much with two).
                 parts = [(recent, np.full(len(recent), 1.0 / len(recent)))]
-                for same, before in shapes:
-                    parts += [(same, np.full(len(same), 1.0 / (len(same) * len(shapes)))),
-                              (before, np.full(len(before), -1.0 / (len(before) * len(shapes))))]
+                for (same, c_same), (before, c_before) in shapes:
+                    parts += [(same, c_same / len(shapes)), (before, -c_before / len(shapes))]
                 return "rhythm", parts
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the recent windows), so a rising hour is not a surge.
