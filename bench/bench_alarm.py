@@ -447,7 +447,7 @@ def main() -> None:
 
 `OMP_NUM_THREADS=1 python bench/bench_alarm.py --write` ({days} simulated days of 5-minute windows, seed {args.seed}).
 The shipped `config.yaml` as is: alarm runs on the UTC-day calendar (a run's threshold costs epsilon {a.epsilon_threshold:g}; a quiet run goes on past midnight, one that paged ends there), epsilon {a.epsilon_page:g} per page, quiet windows free;
-graded weights between the levels {a.contamination_graded:g} and {a.contamination:g} of normal events exceed, the threshold from {a.false_pages_per_30_days:g} false page per 30 days at the released traffic, hold {a.hold_windows} windows, daily baseline (epsilon {config.baseline_cost()[0]:g}),
+graded weights between the levels {a.contamination_graded:g} and {a.contamination:g} of normal events exceed (at 10,000 people, with `alarm.levels_follow_fleet`, the mean of that weight and the one at a fifth of both levels; the exact detector then counts that weight), each window against the same people's recent and day-old windows (`alarm.follow_rhythm`), the threshold from {a.false_pages_per_30_days:g} false page per 30 days at the released traffic, hold {a.hold_windows} windows, daily baseline (epsilon {config.baseline_cost()[0]:g}),
 a detailed report (epsilon {config.report_cost()[0]:.2f}) with every page the budget leaves room for (a new run and {config.report.reserve_pages} more pages). Traffic: +-30 % daily swing in people online, activity drifting up 8 % per 30 days (normal mean weight {rate0:.2%} on day 1, {rate1:.2%} on the last day, 10,000 people),
 surges of 3 windows each, alternately clustered and spread. Every window went through the production
 `WindowReleaser` (model, baseline, alarm, reports, ledger charges), as `monitor run` and `monitor replay` do.

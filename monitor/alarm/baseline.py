@@ -105,8 +105,9 @@ class BaselineEstimate:
     (an upper estimate: the alarm's threshold scales its spread by it); None when not released.
     ``profile_shape``, ``profile_error``, ``profile_days``: the same before the raise, averaged
     over the last days' releases, its standard deviation, and how many days it averages.
-    ``levels``: the (contamination, contamination_graded) pair the weights were taken at, with
-    a ladder of them (``BaselineTracker(levels=...)``); None with the configured pair alone.
+    ``levels``: with a ladder of levels (``BaselineTracker(levels=...)``), the rung the weights
+    were taken at, named by its (contamination, contamination_graded) pair
+    (``calibrate.level_ladder``); None without a ladder.
     """
 
     rate: float
