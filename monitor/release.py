@@ -21,6 +21,7 @@ and on the alarm's published answer, never on the data directly.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -149,6 +150,9 @@ class WindowReleaser:
             base = json.loads(entry.payload).get("baseline_in_use")
             if base:
                 est = BaselineEstimate.from_dict(base)
+                if len(self.level_shares) > 1 and est.levels is None:
+                    # Released before the levels followed the fleet: at the configured pair.
+                    est = dataclasses.replace(est, levels=self.level_shares[0])
                 if len(self.level_shares) > 1 and est.levels not in self.level_shares:
                     return  # weights at levels the config no longer has: a new warm-up
                 self.baseline.resume(est)

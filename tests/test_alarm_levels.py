@@ -5,6 +5,7 @@ and the choice kept across a restart."""
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import numpy as np
 import pytest
@@ -206,3 +207,20 @@ def test_a_rungs_weight_is_the_mean_of_its_pairs_and_its_moments_follow(vitals_m
     mixed = normal_weight_moments(vitals_model, (dense, sparse), 0.01)[0]
     low = normal_weight_moments(vitals_model, (sparse,), 0.01)[0]
     assert low < mixed < one[0] and mixed == pytest.approx((low + one[0]) / 2, rel=1e-2)
+
+
+def test_a_ledger_from_before_the_ladder_resumes_at_the_configured_levels(tmp_path, vitals_model):
+    """A baseline released before the levels followed the fleet has no ``levels``: it was taken at
+    the configured pair, so a restart resumes it there instead of warming up again."""
+    config = _config(tmp_path)
+    _release(_releaser(config, vitals_model), 400, range(6))
+    with sqlite3.connect(config.budget.ledger) as conn:  # every record as an older version wrote it
+        for start, payload in conn.execute("SELECT window_start, payload FROM windows").fetchall():
+            record = json.loads(payload)
+            for key in ("baseline", "baseline_in_use"):
+                if record.get(key):
+                    del record[key]["levels"]
+            conn.execute("UPDATE windows SET payload = ? WHERE window_start = ?", (json.dumps(record).encode(), start))
+    restarted = _releaser(config, vitals_model)
+    assert restarted.baseline.estimate is not None and restarted.baseline.estimate.levels == LADDER[0]
+    assert restarted.rung == 0
