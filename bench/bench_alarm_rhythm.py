@@ -286,7 +286,8 @@ def per_set(results: list[dict]) -> str:
 
 # The sections this script writes, and what each adds to the title.
 TITLES = {"alarm-rhythm": "", "alarm-rhythm-before": " - before (the alarm with one daily baseline rate)",
-          "alarm-rhythm-large-fleet": " - a large fleet with sparser levels"}
+          "alarm-rhythm-large-fleet": " - a large fleet with sparser levels",
+          "alarm-rhythm-weekend": " - a weekend that differs, with alarm.weekend_days"}
 
 PREFACE = """Every shared set with 3,000+ rows, fitted and replayed as in [alarm-real.md](alarm-real.md) (half the
 inliers fit the model with the shipped `config.yaml`; the production `WindowReleaser` per 5-minute window, seeded

@@ -39,6 +39,7 @@ PAGES: dict[str, str] = {
     "alarm-rhythm-before": "alarm-rhythm.md",
     "alarm-ceiling": "alarm-rhythm.md",
     "alarm-rhythm-large-fleet": "alarm-rhythm.md",
+    "alarm-rhythm-weekend": "alarm-rhythm.md",
     "report": "report.md",
     "report-stream": "report.md",
 }

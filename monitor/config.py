@@ -202,6 +202,12 @@ class AlarmSettings(_Strict):
         "many equal parts of the UTC day (three quarters of epsilon_baseline_flagged: one histogram; smoothed to 3 harmonics, "
         "averaged over the last 3 days' releases), and the threshold's spread follows the hour. 0: off."
     )
+    weekend_days: list[int] = Field(
+        default_factory=list, description="With follow_rhythm: days of the week (UTC; 0 = Monday ... 6 = Sunday) whose "
+        "make-up differs from the other days', e.g. [5, 6]. The rhythm reference then compares a day only with the last "
+        "days of its own kind within two days, and a day with none (a Saturday, a Monday) follows the last hour's trend, "
+        "as a first day does. [] (default): every day alike."
+    )
     trend_error: float = Field(
         0.05, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last hour's trend: how "
         "far that may miss the rhythm, as a share of the normal flagged count (the threshold counts it)."
@@ -219,6 +225,12 @@ class AlarmSettings(_Strict):
     def _profile_divides_the_day(self) -> "AlarmSettings":
         if self.profile_bins and 86400 % self.profile_bins:
             raise ValueError(f"profile_bins ({self.profile_bins}) must divide the day's 86400 seconds (e.g. 6, 12, 24)")
+        return self
+
+    @model_validator(mode="after")
+    def _weekdays(self) -> "AlarmSettings":
+        if any(not 0 <= d <= 6 for d in self.weekend_days) or len(set(self.weekend_days)) != len(self.weekend_days):
+            raise ValueError(f"weekend_days ({self.weekend_days}) must be distinct weekdays, 0 (Monday) to 6 (Sunday)")
         return self
 
     @model_validator(mode="after")

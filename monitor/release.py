@@ -102,7 +102,7 @@ class WindowReleaser:
                                 traffic_swing=a.traffic_swing)
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
-                                          trend_error=a.trend_error)
+                                          trend_error=a.trend_error, weekend_days=a.weekend_days)
                           if a.follow_rhythm and a.threshold is None else None)
         # Public post-processing of the model: each grid's own threshold at the alarm's rate
         # (which grid's flags rose is what a report points at).

@@ -506,3 +506,37 @@ def test_a_refresh_whose_rate_is_unusable_keeps_the_previous_estimate_in_use():
                 else:
                     assert tracker.estimate is released
     assert kept >= 3  # the case happened, and each time the usable estimate stayed
+
+
+def test_weekend_days_are_compared_only_with_days_of_their_own_kind():
+    """With ``weekend_days`` a Saturday is not predicted from Friday's shape: it follows the last
+    hour's trend, as a first day does; Sunday is compared with Saturday alone; Monday, whose
+    weekdays lie beyond the two days kept, follows the trend again. Without it every day alike."""
+    days = {"Thu": 0, "Fri": 1, "Sat": 2, "Sun": 3, "Mon": 4}  # 1970-01-01 was a Thursday
+    people = [f"p{i}" for i in range(20)]
+    rng = np.random.default_rng(3)
+    refs = {w: RhythmReference(3600, recent_windows=4, seasonal_windows=3, weekend_days=w) for w in ((), (5, 6))}
+    noon = {i * 24 + 12: d for d, i in days.items() if i >= 1}
+    modes: dict = {w: {} for w in refs}
+    for j in range(5 * 24):
+        units = (rng.random(len(people)) < 0.2) * 4096
+        for w, ref in refs.items():
+            if j in noon:  # compared as it comes, before it is learnt
+                modes[w][noon[j]] = ref.compare(j, units, people, 0, 2048)
+            ref.learn_one(j, units, people)
+    assert {d: c.mode for d, c in modes[()].items()} == {"Fri": "rhythm", "Sat": "rhythm", "Sun": "rhythm", "Mon": "rhythm"}
+    weekend = modes[(5, 6)]
+    assert {d: c.mode for d, c in weekend.items()} == {"Fri": "rhythm", "Sat": "recent", "Sun": "rhythm", "Mon": "recent"}
+    assert weekend["Sun"].variance_factor > modes[()]["Sun"].variance_factor  # one day of its kind, not two
+    with pytest.raises(ValueError, match="weekend_days"):
+        RhythmReference(3600, weekend_days=(7,))
+
+
+def test_budget_says_which_days_are_compared_only_with_their_own_kind(vitals_model):
+    features = [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES]
+    base = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5}
+    plain = visibility_report(parse_config({"features": features}), {"baseline_in_use": base}, model=vitals_model)
+    assert "weekend_days" not in plain["summary"]
+    weekly = parse_config({"features": features, "alarm": {"weekend_days": [5, 6]}})
+    out = visibility_report(weekly, {"baseline_in_use": base}, model=vitals_model)
+    assert "weekend days (UTC weekdays 5, 6; 0 = Monday) only with days of their own kind" in out["summary"]

@@ -141,7 +141,7 @@ class RhythmReference:
 
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 5,
                  slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.05,
-                 resolution: int = RESOLUTION) -> None:
+                 resolution: int = RESOLUTION, weekend_days: Sequence[int] = ()) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
         if int(seasonal_windows) != seasonal_windows or seasonal_windows < 1:
@@ -154,6 +154,9 @@ class RhythmReference:
         self.slack = float(slack)
         self.trend_error = float(trend_error)
         self.resolution = int(resolution)
+        if any(int(d) != d or not 0 <= d <= 6 for d in weekend_days):
+            raise ValueError(f"weekend_days must be weekdays 0 (Monday) to 6 (Sunday), got {list(weekend_days)!r}")
+        self.weekend_days = frozenset(int(d) for d in weekend_days)
         ratio = float(period_seconds) / self.window_seconds
         # A period of a whole number of windows, longer than what it is compared with.
         self.period = round(ratio) if abs(ratio - round(ratio)) < 1e-9 and round(ratio) > self.recent_windows + self.half_seasonal else None
@@ -283,12 +286,23 @@ class RhythmReference:
         keys = sorted(coef)
         return keys, np.array([coef[k] for k in keys])
 
+    def _kind(self, index: int) -> bool:
+        """Whether window ``index`` falls on one of ``weekend_days`` (UTC; public: the calendar)."""
+        if not self.weekend_days:
+            return False
+        day = math.floor(index * self.window_seconds / 86400.0 + 1e-9)
+        return (day + 3) % 7 in self.weekend_days  # 1970-01-01, day 0, was a Thursday (3)
+
     def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], np.ndarray]]]:
         """The mode and the prediction's parts, each (windows, their coefficients): public (the
         calendar and which windows the monitor released)."""
         recent = self._last(index, self.recent_windows)
         if self.period is not None:
-            shapes = [p for p in (self._day_shape(index - d * self.period) for d in range(1, SEASONAL_DAYS + 1)) if p]
+            # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
+            # Friday with another shape.
+            kind = self._kind(index)
+            shapes = [p for p in (self._day_shape(index - d * self.period) for d in range(1, SEASONAL_DAYS + 1)
+                                  if self._kind(index - d * self.period) == kind) if p]
             if len(recent) == self.recent_windows and shapes:
                 # The level now, plus the shape: at this hour minus the hour before, averaged over
                 # the days there are (a surge one day weighs half as much with two).

@@ -215,6 +215,14 @@ RHYTHM_NOTE = ("the alarm follows the traffic's daily rhythm (alarm.follow_rhyth
                "people's last hour and yesterday's same hour)")
 
 
+def rhythm_note(settings) -> str:
+    """What the rhythm reference compares each window with, weekend days included (public: the config)."""
+    days = ", ".join(str(d) for d in sorted(settings.weekend_days))
+    return RHYTHM_NOTE + (f"; weekend days (UTC weekdays {days}; 0 = Monday) only with days of their own kind, "
+                          "and a day with none of its kind in the last two (a Saturday, a Monday) following the last hour's trend "
+                          "(alarm.weekend_days)" if days else "")
+
+
 def levels_advice(settings, events_per_window: float, levels: "tuple[float, float | None] | None" = None) -> str | None:
     """A sentence advising sparser levels when the traffic puts far more normal events above the
     upper level (``levels``, the pair in use; the configured one by default) than the count that
@@ -315,7 +323,7 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
                                             kappa, load), sight)
                      for load in loads]
             out["hours"] = {"quietest": _visibility_dict(hours[0]), "busiest": _visibility_dict(hours[1])}
-            out["summary"] += (f"; {RHYTHM_NOTE}; at the quietest hour "
+            out["summary"] += (f"; {rhythm_note(a)}; at the quietest hour "
                                f"{_share(hours[0].smallest_surge_share)}, at the busiest {_share(hours[1].smallest_surge_share)}"
                                + ("" if profile else f" (the day's profile comes with the first daily baseline; until then "
                                                       f"alarm.traffic_swing {a.traffic_swing:g})"))
@@ -336,7 +344,7 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
                       + f" of the people online{_flagged(sight)} pages within one "
                       "window 95 % of the time; the thresholds imply "
                       + " / ".join(f"{v.false_pages_per_30_days:.2g}" for v in vs) + f" false pages per 30 days ({rule})"
-                      + (f"; {RHYTHM_NOTE}" if a.follow_rhythm and a.threshold is None else ""))
+                      + (f"; {rhythm_note(a)}" if a.follow_rhythm and a.threshold is None else ""))
     return out
 
 
