@@ -92,9 +92,8 @@ class WindowReleaser:
         # to as the fleet's size shows (``rung_levels``); kappa = E[w^2] / E[w] of normal events.
         self.level_shares = level_ladder(a)
         self.rungs = [rung_levels(model, a, shares) for shares in self.level_shares]
-        self.rung = 0
-        self.levels = self.rungs[0]
-        self.level_lo, self.level_hi = self.levels[0]  # the configured pair's
+        self.rung = 0  # the rung the alarm and the reference weigh at (``_use_rung``)
+        self.level_lo, self.level_hi = self.rungs[0][0]  # the configured pair's
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
@@ -159,6 +158,11 @@ class WindowReleaser:
                 self._use_rung(self.baseline.rung)
                 return
 
+    @property
+    def levels(self) -> "tuple[tuple[float, float], ...]":
+        """The (t_lo, t_hi) score levels of the rung in use (``calibrate.rung_levels``)."""
+        return self.rungs[self.rung]
+
     def _use_rung(self, rung: int, window: "ClosedWindow | None" = None) -> None:
         """Weigh at the ladder's ``rung`` from now on (public: the baseline in use chose it from
         its released count). The open run ends where it stopped answering (a new one opens on the
@@ -166,7 +170,6 @@ class WindowReleaser:
         if rung == self.rung:
             return
         self.rung = rung
-        self.levels = self.rungs[rung]
         self.alarm.kappa = normal_weight_moments(self.model, self.levels, self.config.alarm.contamination)[1]
         if self.alarm.run is not None and window is not None:
             self.ledger.end_charge(self._run_charge_id, window.start)
@@ -213,7 +216,6 @@ class WindowReleaser:
             obj.__dict__.clear()
             obj.__dict__.update(saved)
         self.rung = state["rung"]
-        self.levels = self.rungs[self.rung]
         self._run_span = state["run_span"]
         self._run_charge_id = state["run_charge_id"]
         self.reference = state["reference"]

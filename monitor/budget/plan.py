@@ -333,8 +333,14 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
             out["summary"] += "; " + out["levels_advice"]
         return out
     ladder = level_ladder(a)
-    vs = [_seen(visibility_for(config, model, n), _rung_sight(model, a, ladder[fleet_rung(ladder, n)]))
-          for n in VISIBILITY_TRAFFIC]
+    sights = {None if levels == ladder[0] else levels: sight}  # one probe per rung the traffic figures reach
+    vs = []
+    for n in VISIBILITY_TRAFFIC:
+        shares = ladder[fleet_rung(ladder, n)]
+        shares = None if shares == ladder[0] else shares
+        if shares not in sights:
+            sights[shares] = _rung_sight(model, a, shares)
+        vs.append(_seen(visibility_for(config, model, n), sights[shares]))
     out["source"] = "traffic"
     out["at"] = [_visibility_dict(v) for v in vs]
     head = (f"the baseline in use cannot be used ({out['baseline_problem']}); until one can, "
@@ -359,22 +365,12 @@ def _sight(model, levels):
         return None
 
 
-@functools.lru_cache(maxsize=8)
-def _sight_at(model, settings, shares):
-    from monitor.alarm.calibrate import rung_levels
-
-    return _sight(model, rung_levels(model, settings, shares))
-
-
 def _rung_sight(model, settings, shares):
     """The model's probe at one rung of the alarm's levels (``shares``: the rung's sparsest pair,
     None for the configured one); the traffic figures move them."""
-    try:
-        return _sight_at(model, settings, shares)
-    except TypeError:  # an unhashable stand-in for a model
-        from monitor.alarm.calibrate import rung_levels
+    from monitor.alarm.calibrate import rung_levels
 
-        return _sight(model, rung_levels(model, settings, shares))
+    return _sight(model, rung_levels(model, settings, shares))
 
 
 def _seen(v, sight):
