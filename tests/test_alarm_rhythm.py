@@ -47,19 +47,20 @@ def _without(window, person):
     return tuple(ents[i] for i in keep), units[keep]
 
 
-def _statistic(history, index, now, m, **kw):
+def _statistic(history, index, now, m, paged=(), **kw):
     ref = RhythmReference(window_seconds=300, period_seconds=300 * 8, **kw)
     for j, (ents, units) in enumerate(history):
-        ref.learn_one(j, units, ents)
+        ref.learn_one(j, units, ents, paged=j in paged)
     return ref.compare(index, now[1], now[0], m, m + ref.slack_units)
 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("m", [0, 1, 164, R // 2, R])
-def test_one_person_moves_the_statistic_within_its_interval(seed, m):
+@pytest.mark.parametrize("paged", [(), (4, 5, 6, 7, 13)])
+def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged):
     """Removing one person (all of their events, in every window) moves the statistic by an
     integer in the run's interval [-(m + slack), R]: heavy people, partial weights, absences,
-    and every mode."""
+    every mode, and windows that paged (bridged in the day-old sets, public marks)."""
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
     slack = RhythmReference(300, **kw).slack_units
@@ -67,10 +68,10 @@ def test_one_person_moves_the_statistic_within_its_interval(seed, m):
     now = _history(rng, 12, 1, heavy=(0,))[0]
     modes = set()
     for index in (1, 6, 14, 22):  # baseline, recent, rhythm over one day and two (a period of 8 windows)
-        full = _statistic(history[:index], index, now, m, **kw)
+        full = _statistic(history[:index], index, now, m, paged, **kw)
         modes.add(full.mode)
         for person in [f"p{p}" for p in range(12)]:
-            less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, **kw)
+            less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, paged, **kw)
             assert less.mode == full.mode  # the mode is the calendar's, not the data's
             move = full.statistic - less.statistic
             assert isinstance(move, int)
