@@ -409,3 +409,6 @@ def test_ctrl_c_with_a_producer_still_sending_stops_within_seconds(model_path, t
     # Measured about 2 s on a quiet 2-core machine (docs/operations.md); generous for a loaded one,
     # and below the 5 s the broker alone used to take.
     assert took < 5.0, (took, text[-2000:])
+    # The window due at the signal is released now, not left to stage 2's 5 s wait: stage 1 reads
+    # on to its cut (it stopped polling at the signal; 2 of 6 stops waited the whole 5 s before).
+    assert "is not complete after" not in text, text[-2000:]

@@ -65,6 +65,11 @@ __all__ = ["Stage1"]
 CATCH_UP_TIMEOUT_S = 30.0
 # Windows shipped per partition and round, so one long backlog does not starve the loop.
 _SHIP_BATCH = 64
+# On stop, how long stage 1 reads on for a due window whose cut it has not reached yet (the
+# loop stopped polling at the signal): one or two polls; past it the window is read again at
+# the next start. Well inside stage 2's wait for it (``stage2._FINISH_WAIT_S``).
+_FINISH_READ_S = 2.0
+_FINISH_POLL_MS = 50
 _JOIN_POLL_MS = _MAX_POLL_MS = 200
 # A window whose cut the watcher did not record this long after its close (the broker
 # did not answer) is cut at the stage's own latest highwater instead, with a warning.
@@ -276,6 +281,11 @@ class Stage1:
             self.forget_cuts(tp, store.index_of(last + self.size / 2))
         self.commit(force=True)
         return len(shipped)
+
+    def _due_left(self, until: float) -> bool:
+        """A caught-up partition still holds a window due at ``until``, not shipped."""
+        return not self._rebalancing and any(self._caught_up(tp) and store.due(until, limit=1)
+                                             for tp, store in list(self.stores.items()))
 
     def _read_to_cut(self, tp, store: WindowStore, due: list, now: float) -> list:
         """The leading windows of ``due`` whose cut ``tp`` has been read up to.
@@ -492,8 +502,17 @@ class Stage1:
         """On stop: ship what is due at ``until``, flush dead letters, commit."""
         self._watch_stop.set()
         if self.stores and not self._rebalancing and not service.max_windows_reached:
-            while self.ship(until):
-                pass
+            deadline = time.monotonic() + _FINISH_READ_S
+            while True:
+                while self.ship(until):
+                    pass
+                if not self._due_left(until) or time.monotonic() > deadline:
+                    break
+                # A due window waits for its cut: without reading on, stage 2 (in this process)
+                # waited its whole 5 s for it and the window was left to the next start.
+                batch = self.consumer.poll(timeout_ms=_FINISH_POLL_MS)
+                if batch:
+                    self.ingest(batch)
         self.send_dead_letters()
         self.service.producer.flush(timeout=SEND_TIMEOUT_S)
         self.service.shard_producer.flush(timeout=SEND_TIMEOUT_S)
