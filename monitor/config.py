@@ -212,6 +212,17 @@ class AlarmSettings(_Strict):
         0.05, ge=0, lt=1, description="Before a day of history the rhythm reference extrapolates the last hour's trend: how "
         "far that may miss the rhythm, as a share of the normal flagged count (the threshold counts it)."
     )
+    trend_windows: int = Field(
+        10, ge=2, le=288, description="Windows the rhythm reference's trend goes through before a day of history (10 x 5 "
+        "minutes): fewer follow a shift change sooner, at a wider spread, and weigh the last window more than the "
+        "rhythm_slack can hold (a lift of the statistic)."
+    )
+    threshold_follows_level: bool = Field(
+        True, description="With follow_rhythm: the threshold rises and falls with each window's predicted flagged weight "
+        "(a line above the one false_pages_per_30_days derives at every level up to 4 times the released rate's), so "
+        "a level the daily baseline did not expect (a warm-up at night, a shift that starts, new firmware) does not "
+        "page. Free: the statistic's interval is unchanged (docs/alarm.md)."
+    )
     threshold: float | None = Field(
         None, ge=0, description="Absolute override (excess weighted events per window that page, plus z and rate_margin); "
         "null (recommended): derived from false_pages_per_30_days."

@@ -101,7 +101,8 @@ class WindowReleaser:
                                 traffic_swing=a.traffic_swing)
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
-                                          trend_error=a.trend_error, weekend_days=a.weekend_days)
+                                          trend_error=a.trend_error, weekend_days=a.weekend_days,
+                                          trend_windows=a.trend_windows)
                           if a.follow_rhythm and a.threshold is None else None)
         # Public post-processing of the model: each grid's own threshold at the alarm's rate
         # (which grid's flags rose is what a report points at).
@@ -294,11 +295,17 @@ class WindowReleaser:
             # noise shift covers every window the run answers, earlier ones included).
             can_page = self.alarm.run is not None and self._run_can_page(window)
             comparison = None
+            load = profile_load(est, window.start)
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
+                slope = 0.0
+                if a.threshold_follows_level:
+                    mode, coefficients, relative_error = self.reference.outline(index)
+                    if mode != "baseline":
+                        slope = self.alarm.level_line(est, coefficients, relative_error, load)[0]
                 comparison = self.reference.compare(index, units, window.entities, self.alarm.run_rate_units(est),
-                                                    self.alarm.low_units)
+                                                    self.alarm.low_units, level_slope=slope)
             answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,
-                                             comparison=comparison, load=profile_load(est, window.start))
+                                             comparison=comparison, load=load)
             if answer.state == "fired":
                 self.ledger.add_charge("alarm_page", *self._run_span, a.epsilon_page, 0.0)
                 charges.append(self._run_charge("alarm_page", a.epsilon_page))

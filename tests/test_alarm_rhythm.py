@@ -47,20 +47,22 @@ def _without(window, person):
     return tuple(ents[i] for i in keep), units[keep]
 
 
-def _statistic(history, index, now, m, paged=(), **kw):
+def _statistic(history, index, now, m, paged=(), level_slope=0.0, **kw):
     ref = RhythmReference(window_seconds=300, period_seconds=300 * 8, **kw)
     for j, (ents, units) in enumerate(history):
         ref.learn_one(j, units, ents, paged=j in paged)
-    return ref.compare(index, now[1], now[0], m, m + ref.slack_units)
+    return ref.compare(index, now[1], now[0], m, m + ref.slack_units, level_slope=level_slope)
 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("m", [0, 1, 164, R // 2, R])
 @pytest.mark.parametrize("paged", [(), (4, 5, 6, 7, 13)])
-def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged):
+@pytest.mark.parametrize("level_slope", [0.0, 0.37, 1.0])
+def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged, level_slope):
     """Removing one person (all of their events, in every window) moves the statistic by an
     integer in the run's interval [-(m + slack), R]: heavy people, partial weights, absences,
-    every mode, and windows that paged (bridged in the day-old sets, public marks)."""
+    every mode, windows that paged (bridged in the day-old sets, public marks), and a
+    threshold that follows the level (``level_slope``: taken off inside each person's clip)."""
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
     slack = RhythmReference(300, **kw).slack_units
@@ -68,10 +70,11 @@ def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged):
     now = _history(rng, 12, 1, heavy=(0,))[0]
     modes = set()
     for index in (1, 6, 14, 22):  # baseline, recent, rhythm over one day and two (a period of 8 windows)
-        full = _statistic(history[:index], index, now, m, paged, **kw)
+        full = _statistic(history[:index], index, now, m, paged, level_slope, **kw)
         modes.add(full.mode)
         for person in [f"p{p}" for p in range(12)]:
-            less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, paged, **kw)
+            less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, paged,
+                              level_slope, **kw)
             assert less.mode == full.mode  # the mode is the calendar's, not the data's
             move = full.statistic - less.statistic
             assert isinstance(move, int)
@@ -332,6 +335,10 @@ def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour
     base = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5, "profile": profile}
     out = visibility_report(config, {"baseline_in_use": base}, model=model)
     assert "follows the traffic's daily rhythm" in out["summary"] and "at the busiest" in out["summary"]
+    assert "predicted flagged weight" in out["summary"]
+    fixed = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+                          "alarm": {"threshold_follows_level": False}})
+    assert "predicted flagged weight" not in visibility_report(fixed, {"baseline_in_use": base}, model=model)["summary"]
     quiet, busy = out["hours"]["quietest"], out["hours"]["busiest"]
     assert quiet["events_per_window"] < busy["events_per_window"]
     assert busy["threshold"] > quiet["threshold"]
@@ -358,12 +365,14 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
     assert "alarm.contamination 0.002 and alarm.contamination_graded 0.02" in out["summary"]
 
 
-def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge():
+@pytest.mark.parametrize("level_slope", [0.0, 0.3])
+def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope):
     """Exact privacy loss (discrete Laplace noises summed over exactly) of every outcome of a
     run answering rhythm-mode windows, between a stream and the same stream without one
     adversarial person: heavy through yesterday's hour and the last hour, absent now, then
     heavy again. Within epsilon_threshold + epsilon_page for every first-page outcome, while
-    the clip binds (unclipped, the person would move the statistic beyond the run's interval).
+    the clip binds (unclipped, the person would move the statistic beyond the run's interval),
+    with and without a threshold that follows the level (``level_slope``, inside the clip).
     A resolution of 64 units keeps the exact sums small; the run's noise is sized as
     ``SurgeAlarm.open_run`` sizes it (one interval, no drift)."""
     from test_alarm_graded import _log_prob
@@ -387,7 +396,7 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge():
                 units.append(res if heavy[j] else 0)
             units = np.array(units, dtype=np.int64)
             if j >= 16:
-                c = ref.compare(j, units, tuple(ents), m, low)
+                c = ref.compare(j, units, tuple(ents), m, low, level_slope=level_slope)
                 assert c.mode == "rhythm"
                 stats[case].append(c.statistic)
             ref.learn_one(j, units, tuple(ents))

@@ -16,14 +16,17 @@ i is a linear combination of its own earlier values,
     B_ui = sum_{j in TT_i} c_ij A_uj                              ("recent", less than a day)
     B_ui = 0                                                      ("baseline", no history yet)
 
-with T_i the last ``recent_windows`` windows before i, Y_di the ``seasonal_windows`` windows
-centred on i d periods (days) earlier and YT_di the recent windows before those: today's
-last hour, moved by how the day's shape rises or falls from that hour to this one, averaged
-over the last SEASONAL_DAYS days there are (a surge one day then weighs half as much).
-Before a day of history, the least-squares line through the last ``recent_windows`` windows (TT_i),
-extrapolated to i (coefficients c_ij summing to 1), so that a rising hour is not a surge.
-Today's windows all count, paged or not: a lasting change (a shift that starts, new
-firmware) pages once and is learnt within the hour. In the day-old sets a window that paged
+with T_i the last ``recent_windows`` windows before i, Y_di the
+``seasonal_windows`` windows centred on i d periods (days) earlier and YT_di the recent windows
+before those: today's last hour, moved by how the day's shape rises or falls from that hour to
+this one, averaged over the last SEASONAL_DAYS days there are (a surge one day then weighs half
+as much). Before a day of history, the least-squares line through the last ``trend_windows``
+windows (TT_i), extrapolated to i (coefficients c_ij summing to 1), so
+that a rising hour is not a surge. Today's windows count, paged or not: a lasting change (a
+shift that starts, new firmware) pages once and is learnt within the hour. Only the trend leaves
+out the windows of TT_i that paged or held while they are fewer than half of it (``_unpaged``):
+its first windows weigh negatively, and a surge there paged again as it left the set. In the
+day-old sets a window that paged
 or held (the caller marks it: ``learn_one(paged=...)``) is bridged: replaced by the straight
 line between the nearest unmarked windows on either side (``_bridged``), so a surge that paged
 is not a later day's normal, and a ramp that paged (the first day's trend at a shift change)
@@ -40,6 +43,10 @@ The statistic is
 
 in integer units of 1 / RESOLUTION (``A - B`` rounded to the unit, then clipped), with L
 fixed for a run: tau's top within the run's band plus ``slack`` (``SurgeAlarm.open_run``).
+With a threshold that follows the level (``compare(level_slope=beta)``, ``SurgeAlarm.level_line``)
+each unit's term is clip(A_ui - B_ui - beta P_ui, -L, 1), P_ui the same combination of the
+unit's weights w_uj: a_i - beta F_hat_i, compared with a fixed number, is a_i compared with a
+threshold that rises with the predicted flagged weight F_hat_i. Every term stays in [-L, 1].
 
 Sensitivity. Adding or removing unit u adds or removes exactly its own term: every other
 unit's term depends on that unit's data and public numbers only (tau, the sets, which are
@@ -92,13 +99,16 @@ SEASONAL_DAYS = 2
 class Comparison:
     """One window's statistic against the reference (private: never published) and how it
     was formed (public). ``variance_factor``: the statistic's normal variance relative to
-    the window's own, 1 + the sum of the prediction's squared coefficients; ``relative_error``:
-    how far the prediction itself may be off, as a share of the normal count."""
+    the window's own, 1 + (1 + level_slope)^2 times the sum of the prediction's squared
+    coefficients; ``relative_error``: how far the prediction itself may be off, as a share of
+    the normal count; ``level_slope``: the share of the predicted flagged weight taken off the
+    statistic (``SurgeAlarm.level_line``: the threshold follows the level)."""
 
     statistic: int
     mode: ReferenceMode
     variance_factor: float
     relative_error: float = 0.0
+    level_slope: float = 0.0
 
 
 def rhythm_variance(recent_windows: int, seasonal_windows: int, days: int = SEASONAL_DAYS) -> float:
@@ -135,21 +145,28 @@ class RhythmReference:
         How far the recent mode's trend may miss the rhythm, as a share of the normal count
         (public): the threshold counts it like a baseline's error. The trend's extra spread was
         about 0.06 of the normal count on the shared sets with a daily wave of 2.8 x.
+    trend_windows:
+        Windows the recent mode's trend goes through (None: ``recent_windows``). Fewer follow a
+        shift change sooner: a one-hour ramp is missed by up to 0.18 of its rise through 12
+        windows and 0.11 through 6, at a spread (1 + the squared coefficients) of 1.87 instead of 1.38.
     resolution:
         Integer units per event weight.
     """
 
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 5,
                  slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.05,
-                 resolution: int = RESOLUTION, weekend_days: Sequence[int] = ()) -> None:
+                 resolution: int = RESOLUTION, weekend_days: Sequence[int] = (), trend_windows: "int | None" = None) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
         if int(seasonal_windows) != seasonal_windows or seasonal_windows < 1:
             raise ValueError(f"seasonal_windows must be a positive integer, got {seasonal_windows!r}")
         if not (math.isfinite(slack) and 0.0 < slack <= 1.0):
             raise ValueError(f"slack must be in (0, 1], got {slack!r}")
+        if trend_windows is not None and (int(trend_windows) != trend_windows or trend_windows < 2):
+            raise ValueError(f"trend_windows must be an integer of at least 2, got {trend_windows!r}")
         self.window_seconds = float(window_seconds)
         self.recent_windows = int(recent_windows)
+        self.trend_windows = self.recent_windows if trend_windows is None else int(trend_windows)
         self.half_seasonal = int(seasonal_windows) // 2
         self.slack = float(slack)
         self.trend_error = float(trend_error)
@@ -246,6 +263,18 @@ class RhythmReference:
         out = [j for j in range(before - 1, before - 1 - 4 * count, -1) if j in self._windows][:count]
         return out[::-1]
 
+    def _unpaged(self, windows: list[int]) -> list[int]:
+        """``windows`` without those that paged or held, where at least half of them did not
+        (public: the answers). A surge that paged sits in the trend's first windows, whose
+        coefficients are negative, as it leaves the set: kept, it lowered the prediction and paged
+        again (on the first day, 6 windows after each surge through 6 windows). Where most of the
+        set paged (a ramp the trend could not follow) every window counts, so the trend learns it:
+        leaving them out however many there were left the level behind a shift change, and it
+        paged until the budget was spent (65 and 196 false pages per 30 days with a day/night
+        switch)."""
+        kept = [j for j in windows if not self._windows[j][2]]
+        return kept if 2 * len(kept) >= len(windows) else windows
+
     def _day_shape(self, day: int) -> "tuple[tuple[list[int], np.ndarray], tuple[list[int], np.ndarray]] | None":
         """The means over the windows around ``day`` and over the hour before them, a day-old
         hour, each as (windows, coefficients) (``_bridged``), or None when too few were kept (the
@@ -311,27 +340,45 @@ class RhythmReference:
                     parts += [(same, c_same / len(shapes)), (before, -c_before / len(shapes))]
                 return "rhythm", parts
         # Less than a day of history: the recent level and its trend, extrapolated to this
-        # window (least squares over the recent windows), so a rising hour is not a surge.
-        if 2 * len(recent) < self.recent_windows:
+        # window (least squares over the last trend_windows windows), so a rising hour is not a surge.
+        recent = self._last(index, self.trend_windows)
+        if 2 * len(recent) < self.trend_windows:
             return "baseline", []
+        recent = self._unpaged(recent)
         x = np.asarray(recent, dtype=float)
         dx = x - x.mean()
         coef = 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
         return "recent", [(recent, coef)]
 
+    def outline(self, index: int) -> tuple[ReferenceMode, float, float]:
+        """How window ``index`` will be compared (public: the calendar and which windows were
+        released): the mode, the sum of the prediction's squared coefficients and the
+        prediction's relative error (``trend_error`` in the recent mode)."""
+        mode, parts = self._sets(int(index))
+        return mode, sum(float(np.dot(c, c)) for _, c in parts), self.trend_error if mode == "recent" else 0.0
+
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
-                low_units: int) -> Comparison:
+                low_units: int, level_slope: float = 0.0) -> Comparison:
         """Window ``index``'s statistic, in integer units, for the baseline rate ``m`` (tau in
         1 / resolution), each unit's term clipped to the run's interval [-``low_units``,
         resolution] (``SurgeAlarm.low_units``). Private: only the alarm's noisy answer about it
-        is published."""
+        is published.
+
+        ``level_slope`` (public, beta): each unit's term also loses beta times its predicted
+        weight (the prediction's coefficients on its weights), inside the clip, so the
+        statistic is a - beta F_hat with F_hat the window's predicted flagged weight: compared
+        with a fixed number, it is a compared with a threshold that rises with the level
+        (``SurgeAlarm.level_line``). The interval, and so the guarantee, is unchanged."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         m = int(m)
+        slope = float(level_slope)
+        if not (math.isfinite(slope) and slope >= 0):
+            raise ValueError(f"level_slope must be a non-negative number, got {level_slope!r}")
         mode, parts = self._sets(int(index))
         plain = int(units.sum()) - m * int(units.size)
         if not parts:
             return Comparison(plain, "baseline", 1.0)
-        variance = 1.0 + sum(float(np.dot(c, c)) for _, c in parts)
+        variance = 1.0 + (1.0 + slope) ** 2 * sum(float(np.dot(c, c)) for _, c in parts)
         lo, hi = -int(low_units), self.resolution
         ids_now = self._unit_ids(entities, units.size)
         # Events without an entity are units of their own: each term on its own, clipped.
@@ -343,11 +390,13 @@ class RhythmReference:
             for j, c in zip(ws, coef):
                 ids, u, _ = self._windows[j]
                 own = ids < 0
+                # A unit's prediction of its term, and beta times its predicted weight.
+                weighed = (1.0 + slope) * u - m
                 if own.any():
-                    total += int(np.clip(np.rint(-c * (u[own] - m)), lo, hi).sum())
+                    total += int(np.clip(np.rint(-c * weighed[own]), lo, hi).sum())
                 named = ~own
                 if named.any():
-                    pred += c * np.bincount(ids[named], weights=(u[named] - m).astype(float), minlength=n_units)
+                    pred += c * np.bincount(ids[named], weights=weighed[named], minlength=n_units)
         if n_units:
             total += int(np.clip(np.rint(a_now - pred), lo, hi).sum(dtype=np.int64))
-        return Comparison(total, mode, variance, self.trend_error if mode == "recent" else 0.0)
+        return Comparison(total, mode, variance, self.trend_error if mode == "recent" else 0.0, slope)

@@ -54,10 +54,13 @@ from typing import Literal
 
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate
-from monitor.alarm.calibrate import at_hour, false_page_threshold
+from monitor.alarm.calibrate import LEVEL_REACH, at_hour, false_page_threshold, level_line
 from monitor.alarm.reference import Comparison
 from monitor.alarm.units import BAND_UNITS as _BAND_UNITS
 from monitor.alarm.units import RESOLUTION, TAU_BAND, band_around, rate_units, rhythm_interval
+
+# The threshold's line is derived per twentieth of the prediction's squared coefficients (``SurgeAlarm.level_line``).
+LINE_STEPS = 20
 
 __all__ = ["SurgeAlarm", "AlarmAnswer", "RESOLUTION", "TAU_BAND", "AlarmState"]
 
@@ -232,6 +235,8 @@ class SurgeAlarm:
         # This alarm's own noise scales, in events (the pages' noise is widened by the tau band).
         # A baseline is released once a day and the reference has three modes: few thresholds to derive.
         against = comparison is not None and comparison.mode != "baseline"
+        if against and comparison.level_slope > 0:
+            return self._line_for(baseline, comparison, load)[2]
         factor = comparison.variance_factor if against else 1.0
         # Against the rhythm reference the baseline's rate enters only through n_i minus its
         # prediction, so its error is left out; the prediction's own error takes its place.
@@ -244,11 +249,66 @@ class SurgeAlarm:
             self._derived[key] = self._derive(baseline, factor, rate_error, load)
         return self._derived[key]
 
-    def _derive(self, baseline: BaselineEstimate, variance_factor: float, rate_error: float, load: float | None) -> float:
+    def level_line(self, baseline: BaselineEstimate, coefficients: float, relative_error: float,
+                   load: float | None = None) -> tuple[float, float, float]:
+        """(slope, intercept, threshold at the expected level), in events: the threshold as a line in
+        the window's predicted flagged weight F, at or above the one ``false_pages_per_30_days``
+        derives at every F from 0 to 4 times the expected rate x events (``calibrate.LEVEL_REACH``).
+        Public: from the released baseline, the profile's ``load`` and the reference's public
+        ``outline`` (``coefficients``: the sum of the prediction's squared coefficients).
+
+        The reference takes slope x F off its statistic (``RhythmReference.compare``), so the
+        alarm compares it with the intercept: a flagged level the released rate did not expect
+        (a warm-up at night, a shift that starts, new firmware) meets the threshold that level
+        needs, with no release. Taking slope x F off adds (1 + slope)^2 times the coefficients to
+        the statistic's spread, so the slope is found again with it."""
+        # Coefficient sums rounded up to a twentieth: a first day's trend skips the windows that
+        # paged, and each pattern of gaps would cost a derivation of its own.
+        coefficients = math.ceil(round(coefficients * LINE_STEPS, 6)) / LINE_STEPS
+        key = ("line", baseline.rate, baseline.events_per_window, baseline.kappa, coefficients, relative_error, load,
+               self.svt.width, self.svt.reach)
+        if key not in self._derived:
+            if len(self._derived) > 256:
+                self._derived.clear()
+            expected = at_hour(baseline.events_per_window, 0.0, 0.0, load)[0] * baseline.rate
+            levels = [k * expected for k in LEVEL_REACH]
+
+            def thresholds(slope: float, reach: "tuple[float, ...]" = LEVEL_REACH) -> list[float]:
+                # At each level, with the spread of a statistic that takes slope x F off.
+                factor = 1.0 + (1.0 + slope) ** 2 * coefficients
+                return [self._derive(baseline, factor, relative_error * k * baseline.rate, load, k * baseline.rate)
+                        for k in reach]
+
+            # The thresholds are found at a slope a little above the one they give, so the spread
+            # they assume covers the statistic's; where it does not, once more, then that slope.
+            # The first guess: the chord from the expected level to the top of the reach.
+            low, high = thresholds(0.0, (1.0, LEVEL_REACH[-1]))
+            guess = 1.1 * max(0.0, (high - low) / ((LEVEL_REACH[-1] - 1.0) * max(expected, 1e-9))) + 0.01
+            for attempt in range(2):
+                at = thresholds(guess)
+                slope, intercept = level_line(levels, at, expected)
+                if slope <= guess:
+                    break
+                if attempt:  # the slope the thresholds were found at, with an intercept above them all
+                    slope, intercept = guess, max(t - guess * f for t, f in zip(at, levels))
+                else:
+                    guess = 1.1 * slope
+            self._derived[key] = (slope, intercept, intercept + slope * expected)
+        return self._derived[key]
+
+    def _line_for(self, baseline: BaselineEstimate, comparison: Comparison, load: float | None) -> tuple[float, float, float]:
+        coefficients = (comparison.variance_factor - 1.0) / (1.0 + comparison.level_slope) ** 2
+        line = self.level_line(baseline, coefficients, comparison.relative_error, load)
+        if not math.isclose(line[0], comparison.level_slope, rel_tol=1e-9, abs_tol=1e-12):
+            raise ValueError("the comparison's level_slope is not this alarm's (level_line) for its baseline and hour")
+        return line
+
+    def _derive(self, baseline: BaselineEstimate, variance_factor: float, rate_error: float, load: float | None,
+                rate: "float | None" = None) -> float:
         kappa = self.kappa if baseline.kappa is None else baseline.kappa
         events, rate_error, swing = at_hour(baseline.events_per_window, rate_error, self.traffic_swing, load)
         return false_page_threshold(
-            rate=baseline.rate, events=events, rate_error=rate_error,
+            rate=baseline.rate if rate is None else rate, events=events, rate_error=rate_error,
             epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
             false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds,
             kappa=kappa * variance_factor, swing=swing)
@@ -279,11 +339,14 @@ class SurgeAlarm:
         if not self.svt.active or not can_page:
             return AlarmAnswer("suppressed", self.run, self.svt.epsilon_spent if self.svt.active else 0.0, threshold,
                                baseline.rate, compared_with=mode)
+        bar = threshold
         if comparison is None:
             statistic = int(units) - self.run_rate_units(baseline) * int(events)
         else:
             statistic = int(comparison.statistic)
-        fired = self.svt.test_one(statistic, math.ceil(threshold * RESOLUTION))
+            if comparison.mode != "baseline" and comparison.level_slope > 0:
+                bar = self._line_for(baseline, comparison, load)[1]  # the statistic has slope x F taken off
+        fired = self.svt.test_one(statistic, math.ceil(bar * RESOLUTION))
         if fired:
             self._hold_left = self.hold_windows
         return AlarmAnswer("fired" if fired else "quiet", self.run, self.svt.epsilon_spent, threshold, baseline.rate,
