@@ -263,5 +263,5 @@ def test_what_the_plan_states_is_the_threshold_the_alarm_uses():
     ref = RhythmReference(300, r.recent_windows, r.seasonal_windows, r.rhythm_slack)
     alarm.open_run(1, base, slack_units=ref.slack_units)
     for load in (None, 0.6, 1.7):
-        assert alarm.window_threshold(base, Comparison(0, "rhythm", ref.rhythm_variance), load) == pytest.approx(
+        assert alarm.window_threshold(base, Comparison(0, "rhythm", ref.rhythm_variance - 1.0), load) == pytest.approx(
             window_threshold(r, 300, 0.03, 1500.0, 0.002, 0.6, load), rel=1e-6)

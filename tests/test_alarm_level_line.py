@@ -54,7 +54,7 @@ def test_alarm_line_is_at_least_the_threshold_each_level_needs(rate, events, coe
     for k in np.linspace(0.0, max(LEVEL_REACH), 33):
         need = alarm._derive(base, factor, relative_error * k * rate, load, k * rate)
         assert intercept + slope * k * rate * hour >= need * 0.99 - 1e-6, k
-    plain = alarm.window_threshold(base, Comparison(0, "rhythm", 1.0 + coefficients, relative_error), load)
+    plain = alarm.window_threshold(base, Comparison(0, "rhythm", coefficients, relative_error), load)
     assert plain <= at_expected <= 1.15 * plain
 
 
@@ -63,9 +63,9 @@ def test_a_comparison_made_with_another_slope_is_refused():
     alarm = SurgeAlarm(0.6, 0.5, None, rng=0)
     alarm.open_run(1, base, slack_units=R // 2)
     slope = alarm.level_line(base, 0.163, 0.0)[0]
-    good = Comparison(0, "rhythm", 1.0 + (1.0 + slope) ** 2 * 0.163, 0.0, slope)
+    good = Comparison(0, "rhythm", 0.163, 0.0, slope)
     assert alarm.answer_units(0, 3000, base, comparison=good).state == "quiet"
-    bad = Comparison(0, "rhythm", 1.0 + (1.0 + 2 * slope) ** 2 * 0.163, 0.0, 2 * slope)
+    bad = Comparison(0, "rhythm", 0.163, 0.0, 2 * slope)
     with pytest.raises(ValueError, match="level_slope"):
         alarm.answer_units(0, 3000, base, comparison=bad)
 

@@ -98,17 +98,28 @@ SEASONAL_DAYS = 2
 @dataclass(frozen=True)
 class Comparison:
     """One window's statistic against the reference (private: never published) and how it
-    was formed (public). ``variance_factor``: the statistic's normal variance relative to
-    the window's own, 1 + (1 + level_slope)^2 times the sum of the prediction's squared
-    coefficients; ``relative_error``: how far the prediction itself may be off, as a share of
-    the normal count; ``level_slope``: the share of the predicted flagged weight taken off the
-    statistic (``SurgeAlarm.level_line``: the threshold follows the level)."""
+    was formed (public). ``coefficients``: the sum of the prediction's squared coefficients;
+    ``relative_error``: how far the prediction itself may be off, as a share of the normal
+    count; ``level_slope``: the share of the predicted flagged weight taken off the statistic
+    (``SurgeAlarm.level_line``: the threshold follows the level)."""
 
     statistic: int
     mode: ReferenceMode
-    variance_factor: float
+    coefficients: float = 0.0
     relative_error: float = 0.0
     level_slope: float = 0.0
+
+    @property
+    def variance_factor(self) -> float:
+        """The statistic's normal variance relative to the window's own: 1 + (1 + level_slope)^2
+        times the coefficients (the prediction and the slope's share of it)."""
+        return 1.0 + (1.0 + self.level_slope) ** 2 * self.coefficients
+
+    @property
+    def follows_level(self) -> bool:
+        """The statistic has the slope's share of the predicted level taken off: it is compared
+        with the level line's intercept (``SurgeAlarm.level_line``)."""
+        return self.mode != "baseline" and self.level_slope > 0
 
 
 def rhythm_variance(recent_windows: int, seasonal_windows: int, days: int = SEASONAL_DAYS) -> float:
@@ -377,8 +388,7 @@ class RhythmReference:
         mode, parts = self._sets(int(index))
         plain = int(units.sum()) - m * int(units.size)
         if not parts:
-            return Comparison(plain, "baseline", 1.0)
-        variance = 1.0 + (1.0 + slope) ** 2 * sum(float(np.dot(c, c)) for _, c in parts)
+            return Comparison(plain, "baseline")
         lo, hi = -int(low_units), self.resolution
         ids_now = self._unit_ids(entities, units.size)
         # Events without an entity are units of their own: each term on its own, clipped.
@@ -399,4 +409,5 @@ class RhythmReference:
                     pred += c * np.bincount(ids[named], weights=weighed[named], minlength=n_units)
         if n_units:
             total += int(np.clip(np.rint(a_now - pred), lo, hi).sum(dtype=np.int64))
-        return Comparison(total, mode, variance, self.trend_error if mode == "recent" else 0.0, slope)
+        return Comparison(total, mode, sum(float(np.dot(c, c)) for _, c in parts),
+                          self.trend_error if mode == "recent" else 0.0, slope)

@@ -235,7 +235,7 @@ class SurgeAlarm:
         # This alarm's own noise scales, in events (the pages' noise is widened by the tau band).
         # A baseline is released once a day and the reference has three modes: few thresholds to derive.
         against = comparison is not None and comparison.mode != "baseline"
-        if against and comparison.level_slope > 0:
+        if against and comparison.follows_level:
             return self._line_for(baseline, comparison, load)[2]
         factor = comparison.variance_factor if against else 1.0
         # Against the rhythm reference the baseline's rate enters only through n_i minus its
@@ -297,8 +297,7 @@ class SurgeAlarm:
         return self._derived[key]
 
     def _line_for(self, baseline: BaselineEstimate, comparison: Comparison, load: float | None) -> tuple[float, float, float]:
-        coefficients = (comparison.variance_factor - 1.0) / (1.0 + comparison.level_slope) ** 2
-        line = self.level_line(baseline, coefficients, comparison.relative_error, load)
+        line = self.level_line(baseline, comparison.coefficients, comparison.relative_error, load)
         if not math.isclose(line[0], comparison.level_slope, rel_tol=1e-9, abs_tol=1e-12):
             raise ValueError("the comparison's level_slope is not this alarm's (level_line) for its baseline and hour")
         return line
@@ -344,7 +343,7 @@ class SurgeAlarm:
             statistic = int(units) - self.run_rate_units(baseline) * int(events)
         else:
             statistic = int(comparison.statistic)
-            if comparison.mode != "baseline" and comparison.level_slope > 0:
+            if comparison.follows_level:
                 bar = self._line_for(baseline, comparison, load)[1]  # the statistic has slope x F taken off
         fired = self.svt.test_one(statistic, math.ceil(bar * RESOLUTION))
         if fired:
