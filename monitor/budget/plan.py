@@ -219,7 +219,7 @@ def rhythm_note(settings) -> str:
     """What the rhythm reference compares each window with, weekend days included (public: the config)."""
     days = ", ".join(str(d) for d in sorted(settings.weekend_days))
     level = ("; its threshold rises with each window's predicted flagged weight (alarm.threshold_follows_level)"
-             if getattr(settings, "threshold_follows_level", False) else "")
+             if settings.threshold_follows_level else "")
     return RHYTHM_NOTE + level + (f"; weekend days (UTC weekdays {days}; 0 = Monday) only with days of their own kind, "
                           "and a day with none of its kind in the last two (a Saturday, a Monday) following the last hour's trend "
                           "(alarm.weekend_days)" if days else "")
