@@ -46,6 +46,7 @@ from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.special import gammaincc, ndtr
 
 from monitor.alarm.units import BAND_UNITS, RESOLUTION, rhythm_interval
@@ -372,19 +373,24 @@ def false_page_threshold(*, rate: float, events: float, rate_error: float, epsil
         raise ValueError(f"false_pages_per_30_days must be positive, got {false_pages_per_30_days!r}")
     kw = dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=epsilon_threshold,
               epsilon_page=epsilon_page, window_seconds=window_seconds, kappa=kappa, swing=swing)
+
+    def excess(threshold: float) -> float:
+        return _expected_false_pages(threshold, **kw) - false_pages_per_30_days
+
     lo, hi = 0.0, 1.0
-    while _expected_false_pages(hi, **kw) > false_pages_per_30_days:
-        lo, hi = hi, hi * 2.0
+    while excess(hi) > 0:
+        lo, hi = hi, hi * 4.0
         if hi > 1e12:
-            break
-    for _ in range(40):
-        if hi - lo <= 1e-5 * hi:  # below the comparison's own step (1 / RESOLUTION of an event) in a threshold of tens
-            break
-        mid = 0.5 * (lo + hi)
-        if _expected_false_pages(mid, **kw) > false_pages_per_30_days:
-            lo = mid
-        else:
-            hi = mid
+            return hi
+    if excess(lo) <= 0:
+        return lo
+    # Brent's method on the smooth, falling rate: 6 to 9 evaluations where halving took 17 (the
+    # level line derives 5 to 17 thresholds per hour and fleet, the replay's first day dozens).
+    # Then up to the side that keeps the promise, within 1e-6 of the root: far below the
+    # comparison's own step (1 / RESOLUTION of an event) in a threshold of tens.
+    hi = brentq(excess, lo, hi, xtol=1e-7 * hi, rtol=1e-9)
+    while excess(hi) > 0:
+        hi *= 1.0 + 1e-6
     return hi
 
 
