@@ -3,6 +3,8 @@ and that it follows a daily rhythm the plain daily rate does not."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import json
 import math
 
@@ -492,6 +494,47 @@ def test_a_day_old_page_is_bridged_by_the_straight_line_between_its_neighbours()
     got = {case: ref.compare(14, np.array([40 * 14]), ["a"], m=0, low_units=4096) for case, ref in refs.items()}
     assert {c.mode for c in got.values()} == {"rhythm"}
     assert got["marked"].statistic == got["ramp"].statistic != got["unmarked"].statistic
+
+
+def _trend_ref(paged: "set[int]", level: "Callable[[int], int]", windows: int = 10) -> RhythmReference:
+    ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=windows)
+    for j in range(20):
+        ref.learn_one(j, np.array([level(j)]), ["a"], paged=j in paged)
+    return ref
+
+
+def test_the_first_days_trend_bridges_a_page_it_has_seen_the_end_of():
+    """A surge that paged in the trend's first windows (negative coefficients) and is over: its
+    windows are replaced by the line between their unmarked neighbours, so the prediction is
+    what the level alone predicts; unmarked, the surge lowers it (and paged again as it left)."""
+    flat = _trend_ref(set(), lambda j: 400)
+    surge = {10, 11, 12, 13}  # the page and its hold, in the trend's first windows
+    marked = _trend_ref(surge, lambda j: 4096 if j in surge else 400)
+    unmarked = _trend_ref(set(), lambda j: 4096 if j in surge else 400)
+    got = {name: ref.compare(20, np.array([400]), ["a"], m=0, low_units=4096)
+           for name, ref in (("flat", flat), ("marked", marked), ("unmarked", unmarked))}
+    assert {c.mode for c in got.values()} == {"recent"}
+    assert got["marked"].statistic == got["flat"].statistic == 0
+    assert got["unmarked"].statistic > 400  # the echo the bridge removes
+
+
+def test_the_first_days_trend_keeps_its_newest_pages_and_learns_a_ramp_that_paged():
+    """A ramp that starts: its first windows paged and held, and no window after them has been
+    answered quietly yet. They count as they are, so the trend follows the ramp; moved onto the
+    window before (the flat night), the trend stayed flat and the next window paged again (460
+    events over a threshold of 68 at a day/night switch). Where more than half of the trend's
+    windows paged, every window counts as it is."""
+    ramp = lambda j: 400 + max(0, j - 14) * 300  # noqa: E731
+    for paged in ({15, 16, 17, 18, 19}, {11, 12, 13, 14, 15, 16, 17, 18, 19}):
+        marked, plain = _trend_ref(paged, ramp), _trend_ref(set(), ramp)
+        now = np.array([ramp(20)])
+        a = marked.compare(20, now, ["a"], m=0, low_units=4096)
+        b = plain.compare(20, now, ["a"], m=0, low_units=4096)
+        assert a.statistic == b.statistic and a.coefficients == pytest.approx(b.coefficients)
+    # Fewer than half marked and the newest of them followed by a quiet window: bridged.
+    bridged = _trend_ref({15, 16, 17, 18}, ramp)
+    mode, coefficients, _ = bridged.outline(20)
+    assert mode == "recent" and coefficients != pytest.approx(_trend_ref(set(), ramp).outline(20)[1])
 
 
 def test_a_refresh_whose_rate_is_unusable_keeps_the_previous_estimate_in_use():

@@ -23,14 +23,18 @@ this one, averaged over the last SEASONAL_DAYS days there are (a surge one day t
 as much). Before a day of history, the least-squares line through the last ``trend_windows``
 windows (TT_i), extrapolated to i (coefficients c_ij summing to 1), so
 that a rising hour is not a surge. Today's windows count, paged or not: a lasting change (a
-shift that starts, new firmware) pages once and is learnt within the hour. Only the trend leaves
-out the windows of TT_i that paged or held while they are fewer than half of it (``_unpaged``):
-its first windows weigh negatively, and a surge there paged again as it left the set. In the
-day-old sets a window that paged
-or held (the caller marks it: ``learn_one(paged=...)``) is bridged: replaced by the straight
-line between the nearest unmarked windows on either side (``_bridged``), so a surge that paged
-is not a later day's normal, and a ramp that paged (the first day's trend at a shift change)
-stays a ramp. Two ways that failed: leaving marked windows out moved a set's centre off the
+shift that starts, new firmware) pages once and is learnt within the hour. A window that paged
+or held (the caller marks it: ``learn_one(paged=...)``) is bridged in the day-old sets, and in
+the trend while such windows are fewer than half of TT_i: replaced by the straight line between
+the nearest unmarked windows on either side (``_bridged``), so a surge that paged is not a later
+day's normal, and a ramp that paged (the first day's trend at a shift change) stays a ramp. The
+trend's first windows weigh negatively: a surge there, kept, paged again as it left the set. The
+trend's newest marked windows, with no unmarked one after them yet, count as they are (a surge,
+or the start of a ramp: moved onto the window before, a ramp's start left the trend flat, and
+it paged again at the end of the hold with 460 events over a threshold of 68). Where more than
+half of TT_i is marked, every window counts: bridged between the few windows that did not page,
+the prediction stood on the windows whose statistic was low, paged again, and so on every fifth
+window for six hours (32_shuttle, day/night switch, 10,000 people). Two ways that failed: leaving marked windows out moved a set's centre off the
 ramp (a false page at each switch, every day, at 10,000 people), and keeping the first day's
 pages in made a surge that paged on the first day the next days' normal at its hour (on the
 vitals simulator, whose surges recur at the same hours, the second day paged 2 of 6). A surge
@@ -274,18 +278,6 @@ class RhythmReference:
         out = [j for j in range(before - 1, before - 1 - 4 * count, -1) if j in self._windows][:count]
         return out[::-1]
 
-    def _unpaged(self, windows: list[int]) -> list[int]:
-        """``windows`` without those that paged or held, where at least half of them did not
-        (public: the answers). A surge that paged sits in the trend's first windows, whose
-        coefficients are negative, as it leaves the set: kept, it lowered the prediction and paged
-        again (on the first day, 6 windows after each surge through 6 windows). Where most of the
-        set paged (a ramp the trend could not follow) every window counts, so the trend learns it:
-        leaving them out however many there were left the level behind a shift change, and it
-        paged until the budget was spent (65 and 196 false pages per 30 days with a day/night
-        switch)."""
-        kept = [j for j in windows if not self._windows[j][2]]
-        return kept if 2 * len(kept) >= len(windows) else windows
-
     def _day_shape(self, day: int) -> "tuple[tuple[list[int], np.ndarray], tuple[list[int], np.ndarray]] | None":
         """The means over the windows around ``day`` and over the hour before them, a day-old
         hour, each as (windows, coefficients) (``_bridged``), or None when too few were kept (the
@@ -296,25 +288,30 @@ class RhythmReference:
             return None
         return self._bridged(same), self._bridged(before)
 
-    def _bridged(self, windows: list[int]) -> tuple[list[int], np.ndarray]:
-        """The mean over ``windows`` as coefficients on kept windows, each window that paged or
-        held replaced by the straight line between the nearest windows on either side that did
-        not (within ``recent_windows``; the one side where the other has none; the window itself
-        where neither has). A surge that paged is then not a later day's normal, and a ramp that
-        paged (a shift change the first day's trend could not follow) stays a ramp: leaving such
-        windows out instead moved a set's centre off the ramp and paged there every day."""
-        share = 1.0 / len(windows)
+    def _bridged(self, windows: list[int], coefficients: "np.ndarray | None" = None,
+                 keep_newest: bool = False) -> tuple[list[int], np.ndarray]:
+        """The combination ``coefficients`` of ``windows`` (their mean by default) as coefficients
+        on kept windows, each window that paged or held replaced by the straight line between the
+        nearest windows on either side that did not (within ``recent_windows``; the one side where
+        the other has none; the window itself where neither has). A surge that paged is then not a
+        later day's normal, and a ramp that paged (a shift change the first day's trend could not
+        follow) stays a ramp: leaving such windows out instead moved a set's centre off the ramp
+        and paged there every day. ``keep_newest`` (the first day's trend): a window with no
+        unpaged one after it yet is kept as it is, not moved onto the one before: those are the
+        newest windows, and whether they were a surge or the start of a ramp is not known yet."""
+        coefficients = (np.full(len(windows), 1.0 / len(windows)) if coefficients is None
+                        else np.asarray(coefficients, dtype=float))
         coef: dict[int, float] = {}
 
         def unpaged(steps: range) -> "int | None":
             return next((k for k in steps if k in self._windows and not self._windows[k][2]), None)
 
-        for j in windows:
+        for j, share in zip(windows, coefficients):
             lo = hi = None
             if self._windows[j][2]:
                 lo = unpaged(range(j - 1, j - 1 - self.recent_windows, -1))
                 hi = unpaged(range(j + 1, j + 1 + self.recent_windows))
-            if lo is None and hi is None:
+            if (lo is None and hi is None) or (keep_newest and hi is None):
                 coef[j] = coef.get(j, 0.0) + share
             elif lo is None or hi is None:
                 side = hi if lo is None else lo
@@ -355,11 +352,12 @@ class RhythmReference:
         recent = self._last(index, self.trend_windows)
         if 2 * len(recent) < self.trend_windows:
             return "baseline", []
-        recent = self._unpaged(recent)
         x = np.asarray(recent, dtype=float)
         dx = x - x.mean()
         coef = 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
-        return "recent", [(recent, coef)]
+        if 2 * sum(self._windows[j][2] for j in recent) > len(recent):
+            return "recent", [(recent, coef)]  # mostly paged: a ramp the trend must learn (module docstring)
+        return "recent", [self._bridged(recent, coef, keep_newest=True)]
 
     def outline(self, index: int) -> tuple[ReferenceMode, float, float]:
         """How window ``index`` will be compared (public: the calendar and which windows were
