@@ -34,8 +34,9 @@ or the start of a ramp: moved onto the window before, a ramp's start left the tr
 it paged again at the end of the hold with 460 events over a threshold of 68). Where more than
 half of TT_i is marked, every window counts: bridged between the few windows that did not page,
 the prediction stood on the windows whose statistic was low, paged again, and so on every fifth
-window for six hours (32_shuttle, day/night switch, 10,000 people). Two ways that failed: leaving marked windows out moved a set's centre off the
-ramp (a false page at each switch, every day, at 10,000 people), and keeping the first day's
+window for six hours (32_shuttle, day/night switch, 10,000 people). Two ways that failed in the
+day-old sets: leaving marked windows out moved a set's centre off the ramp (a false page at each
+switch, every day, at 10,000 people), and keeping the first day's
 pages in made a surge that paged on the first day the next days' normal at its hour (on the
 vitals simulator, whose surges recur at the same hours, the second day paged 2 of 6). A surge
 that did not page at the same hour on the days before still lowers today's statistic there (a
