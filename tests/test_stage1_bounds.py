@@ -155,9 +155,15 @@ def test_a_window_closed_before_the_assignment_is_cut_at_the_first_highwater_see
 def test_a_cut_the_watcher_records_a_moment_after_the_close_is_waited_for():
     import threading
 
-    # On the real clock: window n closed just now (its cut is not recorded yet).
-    now = time.time()
-    n = int(np.floor((now - 2) / 10)) - 1
+    # On the real clock: window n closed just now (its cut is not recorded yet), at least 2 s
+    # before its CUT_TIMEOUT_S (10 s) runs out, or the fallback would take over (the stub has no
+    # consumer): up to 2 s of waiting for the next close.
+    while True:
+        now = time.time()
+        n = int(np.floor((now - 2) / 10)) - 1
+        if (n + 1) * 10 + 2 > now - 8:
+            break
+        time.sleep(0.1)
     stage, tp = _cut_stage(10, 2, n * 10, 0.0, {})
 
     def watcher():
