@@ -66,12 +66,17 @@ def exact_best(normal: np.ndarray, outlier: np.ndarray, n: int, k: int, rng: np.
 
 def alarm_chance(w0: np.ndarray, w1: np.ndarray, n: int, k: int, settings, rng: np.random.Generator,
                  noise: bool = True) -> float:
-    """First-window detection of the rhythm-mode statistic with exact public numbers."""
+    """First-window detection of the rhythm-mode statistic with exact public numbers; with
+    ``settings.follow_rhythm`` off, of the plain statistic f_i - tau n_i with the exact tau (width 1
+    and the tau band, no prediction, so no variance factor: what no rhythm reference would cost)."""
     tau = float(w0.mean())
     kappa = float(min(1.0, (w0 ** 2).mean() / tau)) if tau > 0 else 1.0
-    factor = rhythm_variance(settings.recent_windows, settings.seasonal_windows)
-    width, reach = rhythm_interval(tau, math.ceil(settings.rhythm_slack * RESOLUTION))
-    b_page, b_thr = width / RESOLUTION / settings.epsilon_page, reach / RESOLUTION / settings.epsilon_threshold
+    if settings.follow_rhythm:
+        factor = rhythm_variance(settings.recent_windows, settings.seasonal_windows)
+        width, reach = rhythm_interval(tau, math.ceil(settings.rhythm_slack * RESOLUTION))
+        b_page, b_thr = width / RESOLUTION / settings.epsilon_page, reach / RESOLUTION / settings.epsilon_threshold
+    else:
+        factor, b_page, b_thr = 1.0, 1.0 / _page_epsilon(settings), 1.0 / settings.epsilon_threshold
     if noise:
         threshold = window_threshold(settings, 300, tau, n, 0.0, kappa)
     else:  # no privacy noise: the normal spread's own one-in-30-days level
@@ -82,19 +87,6 @@ def alarm_chance(w0: np.ndarray, w1: np.ndarray, n: int, k: int, settings, rng: 
     x = signal + sd * rng.standard_normal(TRIALS)
     if noise:
         x = x + rng.laplace(0, b_page, TRIALS) - rng.laplace(0, b_thr, TRIALS)
-    return float((x >= threshold).mean())
-
-
-def plain_chance(w0: np.ndarray, w1: np.ndarray, n: int, k: int, settings, rng: np.random.Generator) -> float:
-    """First-window detection of the plain statistic f_i - tau n_i with the exact tau: width 1 (and
-    the tau band), no prediction, so no variance factor: what no rhythm reference would cost."""
-    tau = float(w0.mean())
-    kappa = float(min(1.0, (w0 ** 2).mean() / tau)) if tau > 0 else 1.0
-    plain = settings.model_copy(update={"follow_rhythm": False})
-    threshold = window_threshold(plain, 300, tau, n, 0.0, kappa)
-    b_page, b_thr = 1.0 / _page_epsilon(plain), 1.0 / plain.epsilon_threshold
-    x = k * (float(w1.mean()) - tau) + math.sqrt(n * float(w0.var()) + k * float(w1.var())) * rng.standard_normal(TRIALS)
-    x = x + rng.laplace(0, b_page, TRIALS) - rng.laplace(0, b_thr, TRIALS)
     return float((x >= threshold).mean())
 
 
@@ -133,7 +125,7 @@ def main() -> None:
                                                           graded_weights(outlier, t_lo, t_hi), n, k, a, rng)
             for slack in SLACKS:
                 slacks[((n, share), slack)] += alarm_chance(w0, w1, n, k, a.model_copy(update={"rhythm_slack": slack}), rng)
-            slacks[((n, share), "plain")] += plain_chance(w0, w1, n, k, a, rng)
+            slacks[((n, share), "plain")] += alarm_chance(w0, w1, n, k, a.model_copy(update={"follow_rhythm": False}), rng)
             r = rows[(n, share)]
             r["exact"] += ex
             r["alarm"] += al
