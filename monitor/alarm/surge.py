@@ -262,8 +262,8 @@ class SurgeAlarm:
         (a warm-up at night, a shift that starts, new firmware) meets the threshold that level
         needs, with no release. Taking slope x F off adds (1 + slope)^2 times the coefficients to
         the statistic's spread, so the slope is found again with it."""
-        # Coefficient sums rounded up to a twentieth: a first day's trend skips the windows that
-        # paged, and each pattern of gaps would cost a derivation of its own.
+        # Coefficient sums rounded up to a twentieth: a first day's trend bridges the windows that
+        # paged, and each pattern of them would cost a derivation of its own.
         coefficients = math.ceil(round(coefficients * LINE_STEPS, 6)) / LINE_STEPS
         key = ("line", baseline.rate, baseline.events_per_window, baseline.kappa, coefficients, relative_error, load,
                self.svt.width, self.svt.reach)
