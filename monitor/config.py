@@ -232,6 +232,12 @@ class AlarmSettings(_Strict):
         None, ge=0, description="With an absolute threshold only: extra margin as a share of the expected count (rate x mean events)."
     )
 
+    @property
+    def trend_hold(self) -> int:
+        """The hold after a page of the first day's trend: ``trend_hold_windows``, or the longer of
+        ``hold_windows`` and ``trend_windows``."""
+        return max(self.hold_windows, self.trend_windows) if self.trend_hold_windows is None else self.trend_hold_windows
+
     @model_validator(mode="after")
     def _profile_divides_the_day(self) -> "AlarmSettings":
         if self.profile_bins and 86400 % self.profile_bins:
@@ -259,6 +265,11 @@ class AlarmSettings(_Strict):
         "counts once in every rolling period it touches, where a new run would add a second)."
     )
     hold_windows: int = Field(3, ge=0, description="Windows that keep paging after a positive answer, with no query and no cost.")
+    trend_hold_windows: int | None = Field(
+        None, ge=0, description="With follow_rhythm: the hold after a page while the rhythm reference follows the first "
+        "day's trend (null: the longer of hold_windows and trend_windows). That trend cannot tell a surge from a shift "
+        "that starts, and lags the change until it has gone through it: a shorter hold pages the same change again."
+    )
     baseline_warmup_seconds: float = Field(10800.0, gt=0, description="Span of the first baseline estimate; the alarm starts after it.")
     baseline_refresh_seconds: float = Field(86400.0, gt=0, description="Span of each later baseline estimate (a public schedule).")
     epsilon_baseline_flagged: float = Field(0.08, gt=0, description="Epsilon of a baseline estimate's flagged total.")

@@ -98,7 +98,8 @@ class WindowReleaser:
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
                                 kappa=normal_weight_moments(model, self.levels, a.contamination)[1],
-                                traffic_swing=a.traffic_swing)
+                                traffic_swing=a.traffic_swing,
+                                trend_hold_windows=(a.trend_hold if a.follow_rhythm and a.threshold is None else None))
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
                                           trend_error=a.trend_error, weekend_days=a.weekend_days,

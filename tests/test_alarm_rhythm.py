@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
+from monitor.alarm.reference import Comparison
 from monitor.alarm.baseline import profile_load
 from monitor.alarm.units import band_around
 from monitor.budget import BudgetAccountant, WindowLedger
@@ -195,6 +196,28 @@ def test_threshold_noise_covers_the_reach_and_page_noise_the_width(direction):
 
     assert worst(max(res, low)) <= eps_t + eps_p + 1e-9
     assert worst(up // 2) > eps_t + eps_p + 0.05  # half the largest upward move: loss beyond the charge
+
+
+def test_a_page_of_the_first_days_trend_holds_until_the_trend_has_gone_through_it():
+    """The first day's trend cannot tell a surge from a shift that starts, and lags a ramp until
+    it has gone through it: a page in the "recent" mode holds for trend_hold_windows (the releaser
+    gives trend_windows), with no query and no cost; a page against the day's shape holds for
+    hold_windows. Without the longer hold a day/night switch paged again after the short one."""
+    base = BaselineEstimate(rate=0.03, events_per_window=1500, span_start=0, span_end=86400, span_windows=288,
+                            epsilon=0.1)
+    for mode, hold in (("recent", 10), ("rhythm", 3)):
+        alarm = SurgeAlarm(0.6, 0.5, threshold=20.0, hold_windows=3, trend_hold_windows=10, rng=2)
+        alarm.open_run(1, base, slack_units=R // 2)
+        states = [alarm.answer_units(0, 1500, base, comparison=Comparison(statistic=s, mode=mode)).state
+                  for s in [10_000 * R] * (hold + 2)]
+        assert states == ["fired"] + ["held"] * hold + ["fired"], mode
+        assert alarm.svt.positives == 2  # held windows ask nothing and pay nothing
+    assert SurgeAlarm(0.6, 0.5, threshold=20.0, hold_windows=4).trend_hold_windows == 4  # none given: the same hold
+    # The config's default: the longer of hold_windows and trend_windows.
+    alarm = lambda **kw: parse_config({"features": [{"name": "x", "min": 0, "max": 1}], "alarm": kw}).alarm  # noqa: E731
+    assert alarm().trend_hold == 10 and alarm(hold_windows=12).trend_hold == 12 and alarm(trend_hold_windows=2).trend_hold == 2
+    with pytest.raises(ValueError, match="trend_hold_windows"):
+        SurgeAlarm(0.6, 0.5, threshold=20.0, trend_hold_windows=-1)
 
 
 def test_slack_is_checked():

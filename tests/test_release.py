@@ -274,8 +274,9 @@ def test_a_quiet_run_goes_on_past_its_boundary_and_counts_once_in_a_period(tmp_p
 
 
 def test_a_run_that_paged_ends_at_its_boundary_and_a_new_one_is_charged(tmp_path, vitals_model):
-    # Every page is charged over its run's whole span: a run that paged does not go on.
-    config = _config(tmp_path, run_seconds=1800)
+    # Every page is charged over its run's whole span: a run that paged does not go on. (The
+    # first day's page holds for hold_windows here, so that the next run opens within the test.)
+    config = _config(tmp_path, run_seconds=1800, trend_hold_windows=3)
     surge = Surge(start=14, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
     records, ledger = _run(config, vitals_model, 24, [surge])
     assert records[14]["alarm_detail"]["state"] == "fired"

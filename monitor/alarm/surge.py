@@ -132,7 +132,8 @@ class SurgeAlarm:
 
     def __init__(self, epsilon_threshold: float, epsilon_page: float, threshold: float | None, z: float = 3.0,
                  hold_windows: int = 3, rate_margin: float = 0.0, rng=None, false_pages_per_30_days: float = 1.0,
-                 window_seconds: float = 300.0, kappa: float = 1.0, traffic_swing: float = 0.0) -> None:
+                 window_seconds: float = 300.0, kappa: float = 1.0, traffic_swing: float = 0.0,
+                 trend_hold_windows: "int | None" = None) -> None:
         if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
             raise ValueError(f"threshold must be a non-negative number or None, got {threshold!r}")
         if not (math.isfinite(false_pages_per_30_days) and false_pages_per_30_days > 0):
@@ -155,6 +156,9 @@ class SurgeAlarm:
         self.z = float(z)
         self.rate_margin = float(rate_margin)
         self.hold_windows = int(hold_windows)
+        if trend_hold_windows is not None and (int(trend_hold_windows) != trend_hold_windows or trend_hold_windows < 0):
+            raise ValueError(f"trend_hold_windows must be a non-negative integer or None, got {trend_hold_windows!r}")
+        self.trend_hold_windows = self.hold_windows if trend_hold_windows is None else int(trend_hold_windows)
         self.run: int | None = None
         self._hold_left = 0
         self._band: tuple[int, int] | None = None  # the open run's [m_lo, m_hi], in 1 / RESOLUTION
@@ -347,7 +351,7 @@ class SurgeAlarm:
                 bar = self._line_for(baseline, comparison, load)[1]  # the statistic has slope x F taken off
         fired = self.svt.test_one(statistic, math.ceil(bar * RESOLUTION))
         if fired:
-            self._hold_left = self.hold_windows
+            self._hold_left = self.trend_hold_windows if mode == "recent" else self.hold_windows
         return AlarmAnswer("fired" if fired else "quiet", self.run, self.svt.epsilon_spent, threshold, baseline.rate,
                            compared_with=mode)
 
