@@ -361,6 +361,7 @@ def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour
     out = visibility_report(config, {"baseline_in_use": base}, model=model)
     assert "follows the traffic's daily rhythm" in out["summary"] and "at the busiest" in out["summary"]
     assert "predicted flagged weight" in out["summary"]
+    assert "a page then holds for 10 windows" in out["summary"]  # the first day's trend (alarm.trend_hold_windows)
     fixed = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
                           "alarm": {"threshold_follows_level": False}})
     assert "predicted flagged weight" not in visibility_report(fixed, {"baseline_in_use": base}, model=model)["summary"]

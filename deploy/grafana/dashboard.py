@@ -124,7 +124,7 @@ def _values(texts: dict[str, tuple[str, str | None]]) -> list[model.ValueMapping
 # ------------------------------------------------------------------ analysts (private)
 PRIVATE_PANELS: list[Builder] = [
     _analysts(statetimeline, "Surge alarm state", 18, 6,
-              "The private surge alarm's state each window: fired (a page), held (the alarm.hold_windows after one), quiet, "
+              "The private surge alarm's state each window: fired (a page), held (the alarm.hold_windows after one; alarm.trend_hold_windows before a day of history), quiet, "
               f"warming_up (no baseline yet), suppressed (no budget for an alarm run, or alarm.enabled false). {DP}",
               [(f"dp_monitor_alarm_state{SEL}", "{{state}}")], "none",
               overrides=[_colour(state, colour) for state, colour in STATE_COLOURS.items()],
