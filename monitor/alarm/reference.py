@@ -159,8 +159,10 @@ class RhythmReference:
         0.5 covers a share weighed several times the day's mean (docs/alarm.md).
     trend_error:
         How far the recent mode's trend may miss the rhythm, as a share of the normal count
-        (public): the threshold counts it like a baseline's error. The trend's extra spread was
-        about 0.06 of the normal count on the shared sets with a daily wave of 2.8 x.
+        (public): the threshold counts it like a baseline's error. On the shared sets' smooth daily
+        waves of up to 2.8 x the trend through 10 windows misses the aggregate by at most 0.028
+        of the normal count (root mean square 0.012); a shift change within the hour by up to
+        1.35, which no margin covers (``bench_alarm_rhythm.py --trend-error``).
     trend_windows:
         Windows the recent mode's trend goes through (None: ``recent_windows``). Fewer follow a
         shift change sooner: a one-hour ramp is missed by up to 0.18 of its rise through 12
@@ -170,7 +172,7 @@ class RhythmReference:
     """
 
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 5,
-                 slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.05,
+                 slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.02,
                  resolution: int = RESOLUTION, weekend_days: Sequence[int] = (), trend_windows: "int | None" = None) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")

@@ -116,6 +116,10 @@ class SurgeAlarm:
         moves within a day (who is online) more than a daily baseline follows.
     hold_windows:
         Windows answered "alarm" after a positive, with no query and no cost.
+    trend_hold_windows:
+        The hold after a positive whose comparison was the first day's trend (mode "recent"):
+        that trend cannot tell a surge from a shift that starts and lags the change until it
+        has gone through it (the releaser gives ``alarm.trend_hold``). None: ``hold_windows``.
     false_pages_per_30_days, window_seconds:
         With ``threshold`` None: the expected false pages per 30 days of quiet traffic the
         derived threshold allows, and the window length that turns it into a per-window rate.
