@@ -287,7 +287,7 @@ def per_set(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# The sections this script writes, and what each adds to the title.
+# What the --trend-error section says above its table.
 TREND_ERROR_PREFACE = """Before a day of history the rhythm reference predicts each person's window from the least-squares line
 through their last `alarm.trend_windows` (10) windows; the predictions' sum is the same line through the window
 totals. Here that line runs through the TRUE aggregate (w_w - tau) n_w of one day at 10,000 people (w_w the expected
@@ -297,6 +297,7 @@ A smooth wave within the goal's swing of 2.5 x is missed by at most 0.007 of the
 0.028; a shift change within the hour by up to 1.35 at its kinks, which no margin covers (the first day pages
 there: docs/alarm.md). Before this was measured the margin was 0.05."""
 
+# The sections this script writes, and what each adds to the title.
 TITLES = {"alarm-rhythm": "", "alarm-rhythm-before": " - before (the alarm with one daily baseline rate)",
           "alarm-rhythm-large-fleet": " - a large fleet with sparser levels",
           "alarm-rhythm-weekend": " - a weekend that differs, with alarm.weekend_days"}
@@ -334,7 +335,7 @@ def trend_errors(base: MonitorConfig, sets: list[str], rhythms: list[str], peopl
     coef = 1.0 / k + dx * (k - x.mean()) / float(dx @ dx)
     out = []
     for name in sets:
-        config, cached, T, A, bounds, levels, pool_flags, pool_weight, _ = fit_set(base, name, 1)
+        _, _, T, A, bounds, _, _, pool_weight, _ = fit_set(base, name, 1)
         for label in rhythms:
             rhythm = parse_rhythm(label)
             traffic = RowTraffic(T, A, bounds, people=people, days=1, window_seconds=size, swing=swing, seed=1,
