@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
+from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, Comparison, RhythmReference, SurgeAlarm
 from monitor.alarm.baseline import profile_load
 from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
                                      rung_levels, rung_units)
@@ -298,13 +298,17 @@ class WindowReleaser:
             comparison = None
             load = profile_load(est, window.start)
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
-                slope = 0.0
-                if a.threshold_follows_level:
-                    mode, coefficients, relative_error = self.reference.outline(index)
-                    if mode != "baseline":
-                        slope = self.alarm.level_line(est, coefficients, relative_error, load)[0]
+                slope, margin = 0.0, 0
+                mode, coefficients, relative_error = self.reference.outline(index)
+                if mode != "baseline":
+                    if a.threshold_follows_level:
+                        slope, _, bar = self.alarm.level_line(est, coefficients, relative_error, load)
+                    else:
+                        bar = self.alarm.window_threshold(est, Comparison(0, mode, coefficients, relative_error), load)
+                    # The first day's level overrules its trend only a whole threshold below it.
+                    margin = math.ceil(bar * RESOLUTION) if mode == "recent" else 0
                 comparison = self.reference.compare(index, units, window.entities, self.alarm.run_rate_units(est),
-                                                    self.alarm.low_units, level_slope=slope)
+                                                    self.alarm.low_units, level_slope=slope, level_margin=margin)
             answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,
                                              comparison=comparison, load=load)
             if answer.state == "fired":

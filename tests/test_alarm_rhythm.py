@@ -220,9 +220,13 @@ def test_a_page_of_the_first_days_trend_holds_until_the_trend_has_gone_through_i
         SurgeAlarm(0.6, 0.5, threshold=20.0, trend_hold_windows=-1)
 
 
-def test_slack_is_checked():
+def test_slack_and_margin_are_checked():
     with pytest.raises(ValueError, match="slack"):
         RhythmReference(300, recent_windows=2, slack=0.0)
+    ref = RhythmReference(300, recent_windows=2)
+    for bad in (-1, 2.5):
+        with pytest.raises(ValueError, match="level_margin"):
+            ref.compare(3, np.array([R]), ("a",), 0, 2048, level_margin=bad)
 
 
 def _cells(tracker):
@@ -362,6 +366,7 @@ def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour
     assert "follows the traffic's daily rhythm" in out["summary"] and "at the busiest" in out["summary"]
     assert "predicted flagged weight" in out["summary"]
     assert "a page then holds for 10 windows" in out["summary"]  # the first day's trend (alarm.trend_hold_windows)
+    assert "or its level, where that is lower by a whole threshold" in out["summary"]
     fixed = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
                           "alarm": {"threshold_follows_level": False}})
     assert "predicted flagged weight" not in visibility_report(fixed, {"baseline_in_use": base}, model=model)["summary"]
@@ -392,9 +397,11 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
 
 
 @pytest.mark.parametrize("level_slope", [0.0, 0.3])
-def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope):
+@pytest.mark.parametrize("mode,margin", [("rhythm", 0), ("recent", 0), ("recent", 20)])
+def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin):
     """Exact privacy loss (discrete Laplace noises summed over exactly) of every outcome of a
-    run answering rhythm-mode windows, between a stream and the same stream without one
+    run answering rhythm-mode windows (or the first day's: the lower of the trend's statistic
+    and the level's plus ``margin``), between a stream and the same stream without one
     adversarial person: heavy through yesterday's hour and the last hour, absent now, then
     heavy again. Within epsilon_threshold + epsilon_page for every first-page outcome, while
     the clip binds (unclipped, the person would move the statistic beyond the run's interval),
@@ -412,7 +419,9 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_sl
     present = [j not in (16, 19, 20, 21) for j in range(22)]
     stats = {}
     for case, low in (("with", top + slack), ("without", top + slack), ("too wide", 3 * res)):
-        ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=2400, resolution=res)
+        period = 2400 if mode == "rhythm" else 300 * 1000  # a day of 8 windows, or none yet
+        ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=period, resolution=res,
+                              trend_windows=4)
         rng = np.random.default_rng(7)
         stats[case] = []
         for j in range(22):
@@ -422,8 +431,8 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_sl
                 units.append(res if heavy[j] else 0)
             units = np.array(units, dtype=np.int64)
             if j >= 16:
-                c = ref.compare(j, units, tuple(ents), m, low, level_slope=level_slope)
-                assert c.mode == "rhythm"
+                c = ref.compare(j, units, tuple(ents), m, low, level_slope=level_slope, level_margin=margin)
+                assert c.mode == mode
                 stats[case].append(c.statistic)
             ref.learn_one(j, units, tuple(ents))
     T = int(np.median(stats["without"]))
@@ -528,9 +537,10 @@ def _trend_ref(paged: "set[int]", level: "Callable[[int], int]", windows: int = 
 
 
 def test_the_first_days_trend_bridges_a_page_it_has_seen_the_end_of():
-    """A surge that paged in the trend's first windows (negative coefficients) and is over: its
-    windows are replaced by the line between their unmarked neighbours, so the prediction is
-    what the level alone predicts; unmarked, the surge lowers it (and paged again as it left)."""
+    """A surge that paged in the trend's first windows and is over: its windows are replaced by
+    the line between their unmarked neighbours, so the predictions are what the flat level
+    predicts; unmarked, the surge moves both (the trend's first windows weigh negatively: it paged
+    again as it left; the level's mean rises and would hide a surge now)."""
     flat = _trend_ref(set(), lambda j: 400)
     surge = {10, 11, 12, 13}  # the page and its hold, in the trend's first windows
     marked = _trend_ref(surge, lambda j: 4096 if j in surge else 400)
@@ -539,7 +549,85 @@ def test_the_first_days_trend_bridges_a_page_it_has_seen_the_end_of():
            for name, ref in (("flat", flat), ("marked", marked), ("unmarked", unmarked))}
     assert {c.mode for c in got.values()} == {"recent"}
     assert got["marked"].statistic == got["flat"].statistic == 0
-    assert got["unmarked"].statistic > 400  # the echo the bridge removes
+    ref = unmarked
+    trend, level = ref._statistics(ref._sets(20)[1], np.array([400]), ["a"], 0, 4096, 0.0)
+    assert trend > 400 and level < -400  # the echo and the hiding the bridge removes
+    assert got["unmarked"].statistic == level
+
+
+def test_the_first_days_statistic_is_the_lower_of_the_trend_and_the_level():
+    """Where a falling hour levels off, the trend's line goes on falling and a flat window sits
+    above it (at 10,000 people such overshoots paged at the end of the evening's shift change);
+    the level, still above the traffic, does not. On a steady rise the level lags and the trend
+    is the lower: the statistic follows the rise."""
+    fall = lambda j: max(1000, 4000 - 300 * max(0, j - 8))  # noqa: E731  falls until window 18
+    ref = _trend_ref(set(), fall)
+    x = np.arange(10, 20)
+    line = np.polyval(np.polyfit(x, [fall(j) for j in x], 1), 20)
+    assert 1000 - line > 300  # the trend alone: an overshoot of about a surge's size
+    c = ref.compare(20, np.array([1000]), ["a"], m=0, low_units=4096)
+    level = 1000 - round(np.mean([fall(j) for j in x]))
+    assert c.mode == "recent" and c.statistic == level < 0
+    # With a margin the level overrules the trend only that far below it.
+    assert ref.compare(20, np.array([1000]), ["a"], m=0, low_units=4096, level_margin=500).statistic == level + 500
+    assert ref.compare(20, np.array([1000]), ["a"], m=0, low_units=4096, level_margin=4096).statistic > 300
+    rise = lambda j: 400 + 150 * j  # noqa: E731
+    c = _trend_ref(set(), rise).compare(20, np.array([rise(20)]), ["a"], m=0, low_units=4096)
+    assert c.statistic == 0  # the trend's line is exact; the level would say 1,575 above
+
+
+def test_on_steady_traffic_the_level_with_its_margin_leaves_the_trend_alone():
+    """The release passes the window's threshold as the level's margin: on steady traffic the
+    two predictions differ by their noise only (sd about 0.6 of the window's), so the statistic
+    is the trend's in every window; without the margin the level's noise lowers it."""
+    rng = np.random.default_rng(3)
+    people, share = 2000, 0.02
+    ents = tuple(f"p{i}" for i in range(people))
+    ref = RhythmReference(300, trend_windows=10)
+    m = round(share * R)
+    spread = math.sqrt(people * share) * R
+    lowered = 0
+    for j in range(120):
+        units = (rng.random(people) < share).astype(np.int64) * R
+        if j >= 12:
+            trend, level = ref._statistics(ref._sets(j)[1], units, ents, m, m + ref.slack_units, 0.0)
+            margin = math.ceil(4 * spread)  # about the threshold at this scale
+            c = ref.compare(j, units, ents, m, m + ref.slack_units, level_margin=margin)
+            assert c.statistic == trend
+            lowered += level < trend
+        ref.learn_one(j, units, ents)
+    assert lowered > 30
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed):
+    """The recent mode's minimum of the trend's statistic and the level's plus a margin: removing
+    one person moves it within [-(m + slack), R] whether or not the lower one changes sides (both
+    cases occur)."""
+    rng = np.random.default_rng(100 + seed)
+    kw = dict(recent_windows=6, seasonal_windows=3, slack=0.25, trend_windows=6)
+    m, sides = 164, set()
+    for _ in range(30):
+        history = _history(rng, 8, 6, p_flag=0.3, heavy=(int(rng.integers(8)),))
+        now = _history(rng, 8, 1, p_flag=0.3)[0]
+        ref = RhythmReference(300, period_seconds=300 * 1000, **kw)  # no day of history
+        for j, (ents, units) in enumerate(history):
+            ref.learn_one(j, units, ents)
+        margin = int(rng.integers(0, R))
+        full = ref.compare(6, now[1], now[0], m, m + ref.slack_units, level_margin=margin)
+        assert full.mode == "recent"
+        for person in [f"p{p}" for p in range(8)]:
+            less_ref = RhythmReference(300, period_seconds=300 * 1000, **kw)
+            for j, w in enumerate(history):
+                ents, units = _without(w, person)
+                less_ref.learn_one(j, units, ents)
+            less_now = _without(now, person)
+            less = less_ref.compare(6, less_now[1], less_now[0], m, m + ref.slack_units, level_margin=margin)
+            assert -(m + ref.slack_units) <= full.statistic - less.statistic <= R
+            before = ref._statistics(ref._sets(6)[1], now[1], now[0], m, m + ref.slack_units, 0.0)
+            after = less_ref._statistics(less_ref._sets(6)[1], less_now[1], less_now[0], m, m + ref.slack_units, 0.0)
+            sides.add((int(before[1] + margin < before[0]), int(after[1] + margin < after[0])))
+    assert len(sides) >= 3  # the lower one changed sides for some person
 
 
 def test_the_first_days_trend_keeps_its_newest_pages_and_learns_a_ramp_that_paged():

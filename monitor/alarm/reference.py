@@ -22,7 +22,14 @@ before those: today's last hour, moved by how the day's shape rises or falls fro
 this one, averaged over the last SEASONAL_DAYS days there are (a surge one day then weighs half
 as much). Before a day of history, the least-squares line through the last ``trend_windows``
 windows (TT_i), extrapolated to i (coefficients c_ij summing to 1), so
-that a rising hour is not a surge. Today's windows count, paged or not: a lasting change (a
+that a rising hour is not a surge; the recent mode's statistic is the lower of that trend's and
+the level's (the mean of TT_i): where a falling hour levels off the line goes on falling, and at
+10,000 people its overshoot paged at the end of each evening's shift change (4 of the first
+day's 8 false pages on 6 sets), where the level, still above the traffic, is not; on a rising
+hour the level lags and the trend is the lower. The threshold stays the trend's: the statistic is
+never above it. The level counts only where it is lower by more than the window's threshold
+(``compare(level_margin=...)``): taken as it is, its own noise lowered the statistic on steady
+traffic and paged 74 first-day surges of 288 instead of 82. Today's windows count, paged or not: a lasting change (a
 shift that starts, new firmware) pages once and is learnt within the hour. A window that paged
 or held (the caller marks it: ``learn_one(paged=...)``) is bridged in the day-old sets, and in
 the trend while such windows are fewer than half of TT_i: replaced by the straight line between
@@ -61,7 +68,9 @@ statistic's [-tau, 1 - tau] lies inside it for every tau of the run's band. So e
 of a run moves within one interval, and AboveThreshold's argument (``AboveThreshold``: width
 1 + L, no drift, reach max(1, L)) holds as for the plain statistic, at page noise
 (1 + L) / (1 + TAU_BAND) times the plain run's and the same threshold noise. The three modes
-share that interval, so a run may move from one to the next. The statistic's DATA never changes the mode: how much history there is counts the
+share that interval, so a run may move from one to the next. The lower of two such statistics
+(one plus a public margin) moves within it too: if adding u moves them by t1 and t2, both in
+[-L, 1], their minimum moves by an amount between min(t1, t2) and max(t1, t2). The statistic's DATA never changes the mode: how much history there is counts the
 windows the monitor released, a public fact.
 
 Why [-L, 1] and not [-L, 1 - tau]: a person weighed fully now whose history is light has
@@ -95,6 +104,8 @@ from monitor.alarm.units import RESOLUTION
 __all__ = ["RhythmReference", "Comparison", "ReferenceMode", "rhythm_variance"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
+# A prediction: parts of (windows, their coefficients), summed.
+Prediction = list[tuple[list[int], np.ndarray]]
 
 # Days of history the rhythm mode averages the day's shape over (as many as there are).
 SEASONAL_DAYS = 2
@@ -333,9 +344,10 @@ class RhythmReference:
         day = math.floor(index * self.window_seconds / 86400.0 + 1e-9)
         return (day + 3) % 7 in self.weekend_days  # 1970-01-01, day 0, was a Thursday (3)
 
-    def _sets(self, index: int) -> tuple[ReferenceMode, list[tuple[list[int], np.ndarray]]]:
-        """The mode and the prediction's parts, each (windows, their coefficients): public (the
-        calendar and which windows the monitor released)."""
+    def _sets(self, index: int) -> tuple[ReferenceMode, list[Prediction]]:
+        """The mode and its predictions, each a list of parts (windows, their coefficients):
+        public (the calendar and which windows the monitor released). The first prediction is
+        the mode's own; the recent mode adds the level (``compare`` takes the lower statistic)."""
         recent = self._last(index, self.recent_windows)
         if self.period is not None:
             # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
@@ -349,7 +361,7 @@ class RhythmReference:
                 parts = [(recent, np.full(len(recent), 1.0 / len(recent)))]
                 for (same, c_same), (before, c_before) in shapes:
                     parts += [(same, c_same / len(shapes)), (before, -c_before / len(shapes))]
-                return "rhythm", parts
+                return "rhythm", [parts]
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the last trend_windows windows), so a rising hour is not a surge.
         recent = self._last(index, self.trend_windows)
@@ -358,19 +370,21 @@ class RhythmReference:
         x = np.asarray(recent, dtype=float)
         dx = x - x.mean()
         coef = 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
+        level = np.full(x.size, 1.0 / x.size)
         if 2 * sum(self._windows[j][2] for j in recent) > len(recent):
-            return "recent", [(recent, coef)]  # mostly paged: a ramp the trend must learn (module docstring)
-        return "recent", [self._bridged(recent, coef, keep_newest=True)]
+            # Mostly paged: a ramp the trend must learn (module docstring).
+            return "recent", [[(recent, coef)], [(recent, level)]]
+        return "recent", [[self._bridged(recent, c, keep_newest=True)] for c in (coef, level)]
 
     def outline(self, index: int) -> tuple[ReferenceMode, float, float]:
         """How window ``index`` will be compared (public: the calendar and which windows were
         released): the mode, the sum of the prediction's squared coefficients and the
         prediction's relative error (``trend_error`` in the recent mode)."""
-        mode, parts = self._sets(int(index))
-        return mode, sum(float(np.dot(c, c)) for _, c in parts), self.trend_error if mode == "recent" else 0.0
+        mode, predictions = self._sets(int(index))
+        return mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0
 
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
-                low_units: int, level_slope: float = 0.0) -> Comparison:
+                low_units: int, level_slope: float = 0.0, level_margin: int = 0) -> Comparison:
         """Window ``index``'s statistic, in integer units, for the baseline rate ``m`` (tau in
         1 / resolution), each unit's term clipped to the run's interval [-``low_units``,
         resolution] (``SurgeAlarm.low_units``). Private: only the alarm's noisy answer about it
@@ -380,35 +394,59 @@ class RhythmReference:
         weight (the prediction's coefficients on its weights), inside the clip, so the
         statistic is a - beta F_hat with F_hat the window's predicted flagged weight: compared
         with a fixed number, it is a compared with a threshold that rises with the level
-        (``SurgeAlarm.level_line``). The interval, and so the guarantee, is unchanged."""
+        (``SurgeAlarm.level_line``). The interval, and so the guarantee, is unchanged.
+
+        In the recent mode, the lower of the trend's statistic and the level's plus
+        ``level_margin`` (public, in units; the release passes the window's threshold): the level
+        overrules the trend only where it puts the window that far lower, as at the end of a
+        falling hour, and not through its own noise on steady traffic (module docstring)."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         m = int(m)
         slope = float(level_slope)
         if not (math.isfinite(slope) and slope >= 0):
             raise ValueError(f"level_slope must be a non-negative number, got {level_slope!r}")
-        mode, parts = self._sets(int(index))
-        plain = int(units.sum()) - m * int(units.size)
-        if not parts:
-            return Comparison(plain, "baseline")
+        if int(level_margin) != level_margin or level_margin < 0:
+            raise ValueError(f"level_margin must be a non-negative integer, got {level_margin!r}")
+        mode, predictions = self._sets(int(index))
+        if not predictions:
+            return Comparison(int(units.sum()) - m * int(units.size), "baseline")
+        first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
+        statistic = min([first] + [s + int(level_margin) for s in others])
+        return Comparison(statistic, mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, slope)
+
+    def _statistics(self, predictions: list[Prediction], units: np.ndarray,
+                    entities: Sequence[str | None], m: int, low_units: int, slope: float) -> list[int]:
+        """The statistic against each prediction (``compare``)."""
         lo, hi = -int(low_units), self.resolution
         ids_now = self._unit_ids(entities, units.size)
-        # Events without an entity are units of their own: each term on its own, clipped.
-        total = int(np.clip(units[ids_now < 0] - m, lo, hi).sum())
         n_units = len(self._ids)
+        # Events without an entity are units of their own: each term on its own, clipped.
+        now_own = int(np.clip(units[ids_now < 0] - m, lo, hi).sum())
         a_now = np.bincount(ids_now[ids_now >= 0], weights=(units[ids_now >= 0] - m).astype(float), minlength=n_units)
-        pred = np.zeros(n_units)
-        for ws, coef in parts:
-            for j, c in zip(ws, coef):
-                ids, u, _ = self._windows[j]
-                own = ids < 0
-                # A unit's prediction of its term, and beta times its predicted weight.
-                weighed = (1.0 + slope) * u - m
-                if own.any():
-                    total += int(np.clip(np.rint(-c * weighed[own]), lo, hi).sum())
-                named = ~own
-                if named.any():
-                    pred += c * np.bincount(ids[named], weights=weighed[named], minlength=n_units)
-        if n_units:
-            total += int(np.clip(np.rint(a_now - pred), lo, hi).sum(dtype=np.int64))
-        return Comparison(total, mode, sum(float(np.dot(c, c)) for _, c in parts),
-                          self.trend_error if mode == "recent" else 0.0, slope)
+        # Per window: the named units' predicted terms (beta times the weight taken off) and the
+        # unnamed events' weighed values, shared by the predictions.
+        kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for j in {j for parts in predictions for ws, _ in parts for j in ws}:
+            ids, u, _ = self._windows[j]
+            weighed = (1.0 + slope) * u - m
+            own = ids < 0
+            named = np.bincount(ids[~own], weights=weighed[~own], minlength=n_units) if n_units else np.zeros(0)
+            kept[j] = named, weighed[own]
+        totals = []
+        for parts in predictions:
+            total, pred = now_own, np.zeros(n_units)
+            for ws, coef in parts:
+                for j, c in zip(ws, coef):
+                    named, own = kept[j]
+                    pred += c * named
+                    total += int(np.clip(np.rint(-c * own), lo, hi).sum())
+            if n_units:
+                total += int(np.clip(np.rint(a_now - pred), lo, hi).sum(dtype=np.int64))
+            totals.append(total)
+        return totals
+
+
+def _squares(predictions: list[Prediction]) -> float:
+    """The sum of the first prediction's squared coefficients (the threshold's: the statistic is
+    never above that prediction's)."""
+    return sum(float(np.dot(c, c)) for _, c in predictions[0]) if predictions else 0.0
