@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import REPO, write_section  # noqa: E402
+from report import REPO, write_run  # noqa: E402
 
 from monitor.budget import BudgetAccountant, WindowLedger  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
@@ -394,9 +394,8 @@ def main() -> None:
         table = sweep_levels(base, sets, args.kinds, args.seeds, scales)
         print(table)
         if args.write:
-            cmd = " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_real.py", *sys.argv[1:]])
-            write_section("alarm-real-levels", f"### Choosing the alarm's two levels\n\n`{cmd}` "
-                          f"({time.perf_counter() - t0:.0f} s)\n\n{table}\n")
+            write_run("alarm-real-levels", "Choosing the alarm's two levels", table, time.perf_counter() - t0,
+                      one_core=False)
         return
     results = []
     t0 = time.perf_counter()
@@ -420,10 +419,10 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.write:
-        cmd = args.command or " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_real.py", *sys.argv[1:]])
         took = args.seconds if args.seconds is not None else time.perf_counter() - t0
-        write_section("alarm-real-legacy" if args.legacy else "alarm-real", f"### Surge alarm on real labelled data{' - the alarm before it (--legacy)' if args.legacy else ''}\n\n`{cmd}` "
-                      f"({took:.0f} s on 1 core)\n\n{PREFACE}\n\n{table}\n")
+        write_run("alarm-real-legacy" if args.legacy else "alarm-real",
+                  "Surge alarm on real labelled data" + (" - the alarm before it (--legacy)" if args.legacy else ""),
+                  f"{PREFACE}\n\n{table}", took, args.command)
 
 
 if __name__ == "__main__":

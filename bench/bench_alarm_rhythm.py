@@ -53,7 +53,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_alarm_real import LEVELS, CachedScores, datasets, fresh_releaser, released_windows  # noqa: E402
 from bench_alarm_real import fit_set as fit_real_set  # noqa: E402
-from report import REPO, write_section  # noqa: E402
+from report import REPO, write_run  # noqa: E402
 
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.rhythm import Rhythm  # noqa: E402
@@ -396,9 +396,8 @@ def main() -> None:
         table = trend_error_table(trend_errors(base, sets, rhythms if args.rhythms else [r for r in RHYTHMS if r.startswith(("wave", "switch"))]))
         print(table)
         if args.write:
-            cmd = " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_rhythm.py", *sys.argv[1:]])
-            write_section("alarm-trend-error", f"### How far the first day's trend misses each rhythm\n\n`{cmd}` "
-                          f"({time.perf_counter() - t0:.0f} s)\n\n{TREND_ERROR_PREFACE}\n\n{table}\n")
+            write_run("alarm-trend-error", "How far the first day's trend misses each rhythm",
+                      f"{TREND_ERROR_PREFACE}\n\n{table}", time.perf_counter() - t0, one_core=False)
         return
     results: list[dict] = []
     for path in args.from_json or []:
@@ -420,12 +419,10 @@ def main() -> None:
     print()
     print(detail)
     if args.write:
-        cmd = args.command or " ".join(["OMP_NUM_THREADS=1 python bench/bench_alarm_rhythm.py", *sys.argv[1:]])
         took = args.seconds if args.seconds is not None else time.perf_counter() - t0
-        title = "Surge alarm on rhythmic traffic" + TITLES[args.section]
         note = f"{args.note}\n\n" if args.note else ""
-        write_section(args.section, f"### {title}\n\n`{cmd}` ({took:.0f} s on 1 core)\n\n{note}{PREFACE}\n\n{table}\n\n"
-                      f"Per data set:\n\n{detail}\n")
+        write_run(args.section, "Surge alarm on rhythmic traffic" + TITLES[args.section],
+                  f"{note}{PREFACE}\n\n{table}\n\nPer data set:\n\n{detail}", took, args.command)
 
 
 if __name__ == "__main__":

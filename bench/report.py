@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,3 +72,11 @@ def write_section(name: str, markdown: str, path: str | Path | None = None) -> N
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+
+
+def write_run(name: str, title: str, body: str, seconds: float, command: str | None = None,
+              one_core: bool = True) -> None:
+    """Write section ``name`` as a titled run: the command that reproduces it (this script's own
+    command line unless ``command``), how long it took, then ``body``."""
+    cmd = command or " ".join([f"OMP_NUM_THREADS=1 python bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    write_section(name, f"### {title}\n\n`{cmd}` ({seconds:.0f} s{' on 1 core' if one_core else ''})\n\n{body.strip()}\n")

@@ -24,13 +24,13 @@ def _bench_report():
 
 
 def _written_sections(script: Path) -> set[str]:
-    """Section names a script passes to write_section (literals, either arm of a conditional,
-    or the names in a table it loops over, as bench_alarm.py's modes)."""
+    """Section names a script passes to write_section or write_run (literals, either arm of a
+    conditional, or the names in a table it loops over, as bench_alarm.py's modes)."""
     tree = ast.parse(script.read_text(encoding="utf-8"))
     strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "write_section" and node.args:
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("write_section", "write_run") and node.args:
             first = node.args[0]
             if isinstance(first, ast.Constant):
                 names.add(first.value)
