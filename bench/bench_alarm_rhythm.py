@@ -229,9 +229,9 @@ def _range(values) -> str:
 def summarise(results: list[dict]) -> str:
     lines = ["| scale | rhythm | flagged weight's swing (max / mean) | quiet days | false pages | per 30 days | "
              "from day 2: per 30 days | windows answered / suppressed | epsilon in a quiet run's day (max) | exact false pages "
-             "| surges | private, window 1 | exact, best level per set | private / exact | from day 2: private / exact "
-             "| surge runs: windows suppressed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| surges | private, window 1 | exact, best level per set | private / exact | exact, best one level | "
+             "private / exact at one level | from day 2: private / exact | surge runs: windows suppressed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {label: k for k, label in enumerate(dict.fromkeys(r["rhythm"] for r in results))}
     for people, share in sorted({(r["people"], r["share"]) for r in results}):
         for label in sorted({r["rhythm"] for r in results}, key=order.get):
@@ -252,6 +252,8 @@ def summarise(results: list[dict]) -> str:
                 by_set[r["set"]] = by_set.get(r["set"], 0) + np.array(r["exact_first"])
             best = {k: int(np.argmax(v)) for k, v in by_set.items()}
             exact_best = int(sum(by_set[k][best[k]] for k in by_set))
+            # The issue's "best single level": one level for every set, the best in hindsight.
+            one_level = int(max(sum(by_set.values()))) if by_set else 0
             exact_fp = sum(r["exact_false"][best.get(r["set"], LEVELS.index(0.01))] for r in q)
             priv = sum(r["private_first"] for r in s)
             # The same from the second day of each surge run on, at the level chosen above (legacy results: "-").
@@ -264,7 +266,8 @@ def summarise(results: list[dict]) -> str:
             lines.append(
                 f"| {people:,} / {share:.0%} | {label} | {_range([r['swing'] for r in q])} | {qd:.0f} | {fp} | {per30} | {later} | "
                 f"{ans} / {sup} | {max((r['quiet_epsilon'] for r in q), default=float('nan')):.2f} | {exact_fp} | "
-                f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} | {day2} | "
+                f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} | {one_level} | "
+                f"{priv / max(one_level, 1):.2f} | {day2} | "
                 f"{sum(r['surge_suppressed'] for r in s)} |")
     return "\n".join(lines)
 
@@ -314,7 +317,8 @@ one releaser and ledger. Swing: max / mean over the run of the TRUE expected wei
 none (the budget was spent). Surges: 6 a day, 3 windows each, the set's outliers from a share of the people online,
 counted when they page in their first window. Exact: f_w - r_w n_w at one flag level with r_w each window's TRUE
 normal rate, above the smallest constant with 1 false page per 30 days (300+ simulated quiet days of the same rhythm),
-at the best level in hindsight per data set; `exact false pages` is that detector on the quiet days (expected about
+at the best level in hindsight per data set, and at the best one level for every set (`best one level`: the goal's
+best single level); `exact false pages` is the per-set detector on the quiet days (expected about
 1 per 30)."""
 
 
