@@ -55,6 +55,7 @@ from bench_alarm_real import LEVELS, CachedScores, datasets, fresh_releaser, rel
 from bench_alarm_real import fit_set as fit_real_set  # noqa: E402
 from report import REPO, write_run  # noqa: E402
 
+from monitor.alarm.reference import trend_coefficients  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.rhythm import Rhythm  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
@@ -334,9 +335,7 @@ def trend_errors(base: MonitorConfig, sets: list[str], rhythms: list[str], peopl
     wpd = int(round(86400 / size))
     warm = int(math.ceil(base.alarm.baseline_warmup_seconds / size))
     k = base.alarm.trend_windows
-    x = np.arange(k, dtype=float)
-    dx = x - x.mean()
-    coef = 1.0 / k + dx * (k - x.mean()) / float(dx @ dx)
+    coef = trend_coefficients(range(k), k)
     out = []
     for name in sets:
         _, _, T, A, bounds, _, _, pool_weight, _ = fit_set(base, name, 1)

@@ -300,13 +300,12 @@ class WindowReleaser:
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
                 slope, margin = 0.0, 0
                 mode, coefficients, relative_error = self.reference.outline(index)
-                if mode != "baseline":
-                    if a.threshold_follows_level:
-                        slope, _, bar = self.alarm.level_line(est, coefficients, relative_error, load)
-                    else:
-                        bar = self.alarm.window_threshold(est, Comparison(0, mode, coefficients, relative_error), load)
+                if mode != "baseline" and a.threshold_follows_level:
+                    slope = self.alarm.level_line(est, coefficients, relative_error, load)[0]
+                if mode == "recent":
                     # The first day's level overrules its trend only a whole threshold below it.
-                    margin = math.ceil(bar * RESOLUTION) if mode == "recent" else 0
+                    bar = self.alarm.window_threshold(est, Comparison(0, mode, coefficients, relative_error, slope), load)
+                    margin = math.ceil(bar * RESOLUTION)
                 comparison = self.reference.compare(index, units, window.entities, self.alarm.run_rate_units(est),
                                                     self.alarm.low_units, level_slope=slope, level_margin=margin)
             answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,

@@ -95,11 +95,9 @@ def _first_day_pages(share, seed: int, follow: bool = True, mark: bool = True, s
         if j >= 12:
             mode, coefficients, relative_error = ref.outline(j)
             assert mode == "recent"
+            slope = alarm.level_line(base, coefficients, relative_error)[0] if follow else 0.0
             # As the releaser compares: the level overrules the trend a whole threshold below it.
-            if follow:
-                slope, _, bar = alarm.level_line(base, coefficients, relative_error)
-            else:
-                slope, bar = 0.0, alarm.window_threshold(base, Comparison(0, mode, coefficients, relative_error))
+            bar = alarm.window_threshold(base, Comparison(0, mode, coefficients, relative_error, slope))
             c = ref.compare(j, units, entities, m, alarm.low_units, level_slope=slope, level_margin=math.ceil(bar * R))
             answer = alarm.answer_units(int(units.sum()), people, base, comparison=c)
             if answer.state == "fired":

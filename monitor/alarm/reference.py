@@ -101,7 +101,7 @@ import numpy as np
 
 from monitor.alarm.units import RESOLUTION
 
-__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "rhythm_variance"]
+__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "rhythm_variance", "trend_coefficients"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
 # A prediction: parts of (windows, their coefficients), summed.
@@ -367,10 +367,8 @@ class RhythmReference:
         recent = self._last(index, self.trend_windows)
         if 2 * len(recent) < self.trend_windows:
             return "baseline", []
-        x = np.asarray(recent, dtype=float)
-        dx = x - x.mean()
-        coef = 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
-        level = np.full(x.size, 1.0 / x.size)
+        coef = trend_coefficients(recent, index)
+        level = np.full(len(recent), 1.0 / len(recent))
         if 2 * sum(self._windows[j][2] for j in recent) > len(recent):
             # Mostly paged: a ramp the trend must learn (module docstring).
             return "recent", [[(recent, coef)], [(recent, level)]]
@@ -423,27 +421,41 @@ class RhythmReference:
         # Events without an entity are units of their own: each term on its own, clipped.
         now_own = int(np.clip(units[ids_now < 0] - m, lo, hi).sum())
         a_now = np.bincount(ids_now[ids_now >= 0], weights=(units[ids_now >= 0] - m).astype(float), minlength=n_units)
-        # Per window: the named units' predicted terms (beta times the weight taken off) and the
-        # unnamed events' weighed values, shared by the predictions.
-        kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for j in {j for parts in predictions for ws, _ in parts for j in ws}:
-            ids, u, _ = self._windows[j]
-            weighed = (1.0 + slope) * u - m
-            own = ids < 0
-            named = np.bincount(ids[~own], weights=weighed[~own], minlength=n_units) if n_units else np.zeros(0)
-            kept[j] = named, weighed[own]
-        totals = []
-        for parts in predictions:
-            total, pred = now_own, np.zeros(n_units)
+        # Each window's weights are counted once, into every prediction that uses it.
+        uses: dict[int, list[tuple[int, float]]] = {}
+        for k, parts in enumerate(predictions):
             for ws, coef in parts:
                 for j, c in zip(ws, coef):
-                    named, own = kept[j]
-                    pred += c * named
-                    total += int(np.clip(np.rint(-c * own), lo, hi).sum())
-            if n_units:
-                total += int(np.clip(np.rint(a_now - pred), lo, hi).sum(dtype=np.int64))
-            totals.append(total)
+                    uses.setdefault(j, []).append((k, float(c)))
+        totals = [now_own] * len(predictions)
+        preds = [np.zeros(n_units) for _ in predictions]
+        for j, shares in uses.items():
+            ids, u, _ = self._windows[j]
+            own = ids < 0
+            # A unit's prediction of its term, and beta times its predicted weight.
+            weighed = (1.0 + slope) * u - m
+            named = np.bincount(ids[~own], weights=weighed[~own], minlength=n_units) if n_units and not own.all() else None
+            unnamed = weighed[own] if own.any() else None
+            for k, c in shares:
+                if unnamed is not None:
+                    totals[k] += int(np.clip(np.rint(-c * unnamed), lo, hi).sum())
+                if named is not None:
+                    preds[k] += c * named
+        if n_units:
+            totals = [t + int(np.clip(np.rint(a_now - p), lo, hi).sum(dtype=np.int64)) for t, p in zip(totals, preds)]
         return totals
+
+
+def trend_coefficients(windows: Sequence[int], index: int) -> np.ndarray:
+    """The least-squares line through ``windows`` (their indices), extrapolated to ``index``, as
+    coefficients on their values (summing to 1).
+
+    >>> trend_coefficients([0, 1, 2], 3).round(3).tolist()
+    [-0.667, 0.333, 1.333]
+    """
+    x = np.asarray(windows, dtype=float)
+    dx = x - x.mean()
+    return 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
 
 
 def _squares(predictions: list[Prediction]) -> float:
