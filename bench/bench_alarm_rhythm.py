@@ -127,38 +127,62 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
     """Consecutive days through one WindowReleaser (one ledger): per window the alarm's state,
     the events, the exact flagged count per level, and the TRUE normal rate per level and of the alarm's weight."""
     with fresh_releaser(config, model, seed) as (releaser, accountant):
-        states, n, F, R, W = [], [], [], [], []
+        states, n, F, R, W, own = [], [], [], [], [], []
         for i, X, scores, rec in released_windows(releaser, model, traffic, surges):
             states.append(rec["alarm_detail"]["state"])
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
             R.append(traffic.expected(i, pool_flags))
             W.append(traffic.expected(i, pool_weight))
+            rows = traffic.own_rows(i)
+            if rows is not None:  # persistent people: what the exact detector's quiet spread is drawn from
+                own.append((rows.size, np.rint(pool_flags[rows].sum(axis=0)).astype(int),
+                            traffic.rhythm.expected(traffic.time_of(i), pool_flags)))
         day = traffic.windows_per_day * config.window.size_seconds
         spent = [accountant.spent((d + 1) * day)[0] for d in range(traffic.days)]
         rung = getattr(releaser, "rung", 0)  # the levels the alarm weighs at since its first baseline
+    people = None
+    if own:
+        online, heavy, fresh = (np.array(x) for x in zip(*own))
+        people = {"online": online, "heavy": heavy, "fresh": fresh, "persistence": traffic.persistence,
+                  "absence": traffic.absence}
     return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W)[:, rung],
-            "spent": spent}
+            "spent": spent, "people": people}
 
 
-def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days: float) -> np.ndarray:
+def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days: float,
+                    people: "dict | None" = None) -> np.ndarray:
     """Per level, the smallest C with at most one window of f - r n >= C per 30 quiet days of this
-    profile (n per window, r per window and level; f ~ Binomial(n, r): rows are drawn independently)."""
+    profile (n per window, r per window and level; f ~ Binomial(n, r): rows are drawn independently).
+    With persistent people (``replay``'s ``people``) the exact detector knows everyone's own row:
+    of the people online, the heavy ones (own row flagged) flag with probability (1 - absence)
+    persistence, everyone with (1 - absence)(1 - persistence) times the fresh rows' rate, and the
+    events are Binomial(online, 1 - absence): a narrower spread than independent rows'."""
     reps = int(math.ceil(QUIET_DAYS_SIMULATED / days))
     total_days = reps * days
     k = int(total_days // 30) + 1  # the k-th largest value: total_days / 30 windows lie above it
     nn = np.tile(n, reps)
+    if people is not None:
+        online, stay, keep = np.tile(people["online"], reps), 1.0 - people["absence"], people["persistence"]
+        nn = rng.binomial(online, stay)
     out = np.empty(r.shape[1])
     for j in range(r.shape[1]):
         rr = np.tile(r[:, j], reps)
-        stat = rng.binomial(nn, rr) - rr * nn
+        if people is None:
+            f = rng.binomial(nn, rr)
+        else:
+            f = (rng.binomial(np.tile(people["heavy"][:, j], reps), stay * keep)
+                 + rng.binomial(online, stay * (1.0 - keep) * np.tile(people["fresh"][:, j], reps)))
+        stat = f - rr * nn
         out[j] = np.partition(stat, -k)[-k] + 1e-9
     return out
 
 
 def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[str], days: int,
-               quiet_days: int, fitted=None, swing: float = 0.3, anytime: bool = True):
-    """Every scale and rhythm of one data set and seed (the model fitted once), one result at a time."""
+               quiet_days: int, fitted=None, swing: float = 0.3, anytime: bool = True, persistence: float = 0.0,
+               absence: float = 0.0):
+    """Every scale and rhythm of one data set and seed (the model fitted once), one result at a time
+    (``persistence``, ``absence``: ``RowTraffic``'s people)."""
     if fitted is None:
         fitted = fit_set(base, name, seed)
     config, cached, T, A, bounds, levels, pool_flags, pool_weight, flagged_share = fitted
@@ -174,7 +198,8 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                 if n_days <= 0:
                     continue
                 traffic = RowTraffic(T, A, bounds, people=people, days=n_days, window_seconds=size, swing=swing,
-                                     seed=seed * 7 + (kind == "quiet"), rhythm=rhythm, first_day=first_day)
+                                     seed=seed * 7 + (kind == "quiet"), rhythm=rhythm, first_day=first_day,
+                                     persistence=persistence, absence=absence)
                 surges = (plan_surges(n_days, SURGES_PER_DAY, wpd, share, rng=seed * 13 + 1, kinds=("rows",), first=warm + 1,
                                        anytime=anytime)
                           if kind == "surge" else [])
@@ -185,7 +210,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                 runs[kind] = res
             rng = np.random.default_rng(seed + 555)
             # The exact detector's constant for each run's own profile of volume and true rate.
-            C = {k: exact_constants(v["n"], v["r"], rng, len(v["n"]) / wpd) for k, v in runs.items()}
+            C = {k: exact_constants(v["n"], v["r"], rng, len(v["n"]) / wpd, v["people"]) for k, v in runs.items()}
             r = {"set": name, "seed": seed, "people": people, "share": share, "rhythm": label,
                  "flagged_share": flagged_share, "seconds": sum(x["seconds"] for x in runs.values())}
             if "quiet" in runs:
@@ -304,7 +329,8 @@ there: docs/alarm.md). Before this was measured the margin was 0.05."""
 # The sections this script writes, and what each adds to the title.
 TITLES = {"alarm-rhythm": "", "alarm-rhythm-before": " - before (the alarm with one daily baseline rate)",
           "alarm-rhythm-large-fleet": " - a large fleet with sparser levels",
-          "alarm-rhythm-weekend": " - a weekend that differs, with alarm.weekend_days"}
+          "alarm-rhythm-weekend": " - a weekend that differs, with alarm.weekend_days",
+          "alarm-rhythm-persistent": " - persistent people"}
 
 PREFACE = """Every shared set with 3,000+ rows, fitted and replayed as in [alarm-real.md](alarm-real.md) (half the
 inliers fit the model with the shipped `config.yaml`; the production `WindowReleaser` per 5-minute window, seeded
@@ -369,6 +395,10 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=3, help="days of a surge run (default 3)")
     ap.add_argument("--quiet-days", type=int, default=3, help="days of a quiet run (default 3)")
     ap.add_argument("--swing", type=float, default=0.3, help="events per window swing by +-this share over the day (default 0.3)")
+    ap.add_argument("--persistence", type=float, default=0.0, help="each window a person sends their own row for the hour "
+                    "with this probability (default 0: independent rows)")
+    ap.add_argument("--absence", type=float, default=0.0, help="a person online skips a window with this probability "
+                    "(default 0)")
     ap.add_argument("--grid-surges", action="store_true", help="surges on plan_surges' grid of slots, where most recur at the "
                     "hour of one the day before (default: at any window, as independent surges would)")
     ap.add_argument("--config", default=str(REPO / "config.yaml"))
@@ -409,7 +439,7 @@ def main() -> None:
         for seed in range(1, seeds + 1):
             fitted = fit_set(base, name, seed)
             for r in run_config(base, name, seed, scales, rhythms, args.days, args.quiet_days, fitted, args.swing,
-                                   anytime=not args.grid_surges):
+                                   anytime=not args.grid_surges, persistence=args.persistence, absence=args.absence):
                 results.append(r)
                 print(f"{r['people']:>6} {name:16s} seed {seed} {r['rhythm']:12s}: swing {r.get('swing', float('nan')):.2f}, "
                       f"false {r.get('false_pages')} in {r.get('quiet_days', 0):.0f} d, suppressed {r.get('suppressed')}, "

@@ -41,6 +41,7 @@ PAGES: dict[str, str] = {
     "alarm-ceiling": "alarm-rhythm.md",
     "alarm-rhythm-large-fleet": "alarm-rhythm.md",
     "alarm-rhythm-weekend": "alarm-rhythm.md",
+    "alarm-rhythm-persistent": "alarm-rhythm.md",
     "alarm-trend-error": "alarm-rhythm.md",
     "report": "report.md",
     "report-stream": "report.md",

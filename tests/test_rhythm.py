@@ -112,3 +112,50 @@ def test_rhythm_refuses_bad_settings():
         Rhythm("wave", -1.0)
     with pytest.raises(ValueError, match="volume"):
         Rhythm("wave", volume=1.5)
+
+
+def test_persistent_people_keep_their_own_row_and_the_oracle_stays_exact():
+    X = _pool()
+    flags = _flags(X)
+    bounds = np.array([[-50.0, 50.0]] * 3)
+    t = RowTraffic(X, None, bounds, people=400, days=2, seed=5, rhythm=Rhythm("wave", 0.5), persistence=0.8, absence=0.1)
+    lookup = {row.tobytes(): k for k, row in enumerate(X)}
+    sent_own, online, sent, F, R, n = 0, 0, 0, [], [], []
+    for i in range(t.n_windows):
+        W, ents, _ = t.window(i)
+        rows = np.array([lookup[row.tobytes()] for row in W])
+        own = dict(zip((f"p-{d:05d}" for d in t.order[: t.online(i)]), t.own_rows(i)))
+        sent_own += sum(own[e] == r for e, r in zip(ents, rows))
+        online, sent = online + t.online(i), sent + len(ents)
+        F.append(flags[rows].sum(axis=0))
+        R.append(t.expected(i, flags))
+        n.append(len(ents))
+    # A tenth of the people online skip each window; of those who send, about 0.8 send their own row.
+    assert sent / online == pytest.approx(0.9, abs=0.01)
+    assert sent_own / sent == pytest.approx(0.8 + 0.2 / len(X), abs=0.02)
+    # The oracle's rate is the windows' flagged share (per 2-hour block, within the sampling noise).
+    F, R, n = np.array(F), np.array(R), np.array(n, float)
+    blocks = np.arange(t.n_windows) // 24
+    z = [(F[blocks == b, j].sum() - (n[blocks == b] * R[blocks == b, j]).sum())
+         / math.sqrt((n[blocks == b] * R[blocks == b, j] * (1 - R[blocks == b, j])).sum())
+         for b in np.unique(blocks) for j in range(2)]
+    assert np.abs(z).max() < 4.5
+    # Each person keeps one own row for an hour, moving to the next at their own minute: from one window
+    # to the next about a twelfth of them move, an hour later nearly all have; the same hour a day later, none.
+    a, b, c, d = t.own_rows(100), t.own_rows(101), t.own_rows(112), t.own_rows(100 + 288)
+    k = min(a.size, b.size, c.size, d.size)
+    assert np.mean(a[:k] != b[:k]) == pytest.approx(1 / 12, abs=0.04)
+    assert np.mean(a[:k] == c[:k]) < 0.1 and np.array_equal(a[:k], d[:k])
+
+
+def test_persistence_zero_replays_independent_rows_and_bad_shares_are_refused():
+    X = _pool()
+    bounds = np.array([[-50.0, 50.0]] * 3)
+    plain = RowTraffic(X, None, bounds, people=200, days=1, seed=11)
+    same = RowTraffic(X, None, bounds, people=200, days=1, seed=11, persistence=0.0, absence=0.0)
+    assert same.own_rows(3) is None
+    for i in range(0, 288, 41):
+        assert np.array_equal(same.window(i)[0], plain.window(i)[0])
+    for key in ("persistence", "absence"):
+        with pytest.raises(ValueError, match=key):
+            RowTraffic(X, None, bounds, people=10, **{key: 1.0})

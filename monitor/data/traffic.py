@@ -175,6 +175,15 @@ class RowTraffic(_DailySchedule):
     (window i at ``first_day + i / windows_per_day`` days); :meth:`expected` is then the exact
     expected value per normal event of any per-row quantity in window i (the oracle's rate).
 
+    ``persistence``: each window, a person sends their own row for the hour with this
+    probability, otherwise a fresh one. Own rows are drawn once per person and hour of the day
+    from the rhythm on the first day, and each person moves to the next hour's at their own
+    minute. The same people then stay heavy (flagged) window after window and day after day, as
+    a patient's device does, where fresh rows make every person's history light.
+    ``absence``: the probability that a person online skips a window (a device that drops out),
+    so a heavy person is sometimes missing. Both 0 by default (independent rows, everyone online
+    sends); :meth:`expected` stays exact (given the people's own rows).
+
     >>> rng = np.random.default_rng(0)
     >>> t = RowTraffic(rng.normal(size=(300, 3)), rng.normal(5, 1, size=(20, 3)), np.array([[-9.0, 9.0]] * 3), people=50, days=1, seed=1)
     >>> X, ents, anom = t.window(10, [Surge(10, 3, 0.2, "rows")])
@@ -184,7 +193,10 @@ class RowTraffic(_DailySchedule):
 
     def __init__(self, normal: np.ndarray, anomalous: "np.ndarray | None", bounds: np.ndarray, people: int, days: int = 1,
                  window_seconds: float = 300.0, swing: float = 0.3, seed: int | None = None,
-                 rhythm: Rhythm | None = None, first_day: int = 0) -> None:
+                 rhythm: Rhythm | None = None, first_day: int = 0, persistence: float = 0.0, absence: float = 0.0) -> None:
+        for name, value in (("persistence", persistence), ("absence", absence)):
+            if not (math.isfinite(value) and 0.0 <= value < 1.0):
+                raise ValueError(f"{name} must be in [0, 1), got {value!r}")
         self.normal = np.asarray(normal, dtype=float)
         self.anomalous = None if anomalous is None else np.asarray(anomalous, dtype=float)
         if self.normal.ndim != 2 or self.normal.shape[0] == 0:
@@ -197,6 +209,14 @@ class RowTraffic(_DailySchedule):
         self.stats = FeatureStats.of(self.normal, self.bounds)
         self.first_day = int(first_day)
         self.rhythm = RowRhythm(self.normal, rhythm if rhythm is not None else Rhythm("none"))
+        self.persistence, self.absence = float(persistence), float(absence)
+        # Each person's own row for each hour of the day (their own stream: the other draws are
+        # those of independent rows, so persistence 0 replays the same traffic as before).
+        own_rng = np.random.default_rng(None if seed is None else seed + 7919)
+        self._own = (np.stack([self.rhythm.draw(self.first_day + h / 24, self.population, own_rng) for h in range(24)], axis=1)
+                     if self.persistence > 0 else None)
+        # Each person moves to their next hour's row at their own minute, not all at once.
+        self._offset = own_rng.integers(self.windows_per_day // 24, size=self.population) if self.persistence > 0 else None
 
     def time_of(self, i: int) -> float:
         """Window i's start, in days since midnight of day 0 (the rhythm's clock)."""
@@ -205,13 +225,35 @@ class RowTraffic(_DailySchedule):
     def expected(self, i: int, values: np.ndarray) -> np.ndarray:
         """The exact expected value per normal event in window i of per-row ``values``
         ((n_normal,) or (n_normal, L), aligned with ``normal``)."""
-        return self.rhythm.expected(self.time_of(i), values)
+        fresh = self.rhythm.expected(self.time_of(i), values)
+        if self._own is None:
+            return fresh
+        own = np.asarray(values, dtype=float)[self.own_rows(i)].mean(axis=0)
+        return self.persistence * own + (1.0 - self.persistence) * fresh
+
+    def own_rows(self, i: int) -> "np.ndarray | None":
+        """The own rows (indices into ``normal``) of the people online in window i for its hour,
+        absent or not; None without ``persistence``."""
+        if self._own is None:
+            return None
+        people = self.order[: self.online(i)]
+        return self._own[people, self._hours(i, people)]
+
+    def _hours(self, i: int, people: np.ndarray) -> np.ndarray:
+        """The hour of the day whose own row each of ``people`` sends in window i."""
+        return ((i + self._offset[people]) % self.windows_per_day) * 24 // self.windows_per_day
 
     def window(self, i: int, surges: Sequence[Surge] = ()) -> tuple[np.ndarray, list[str], np.ndarray]:
         """Window i's events: (X raw (n, d), entity ids, anomalous mask)."""
         devices = self.order[: self.online(i)]
+        if self.absence > 0:
+            devices = devices[self.rng.random(devices.size) >= self.absence]
         n = devices.size
-        X = self.normal[self.rhythm.draw(self.time_of(i), n, self.rng)]
+        rows = self.rhythm.draw(self.time_of(i), n, self.rng)
+        if self._own is not None:
+            own = self.rng.random(n) < self.persistence
+            rows[own] = self._own[devices[own], self._hours(i, devices[own])]
+        X = self.normal[rows]
         anomalous = np.zeros(n, bool)
         surge = next((s for s in surges if s.covers(i)), None)
         if surge is not None:
