@@ -302,9 +302,10 @@ class Injected:
         return None
 
 
-def stream_source(name: str, base, seed: int, days: int):
+def stream_source(name: str, base, seed: int, days: int, people: tuple[float, float] = (0.0, 0.0)):
     """(config, model, injected traffic, kinds) for one source: a shared set's inliers (half the
-    reference, half the traffic, as bench_alarm_real does) or the vitals simulator."""
+    reference, half the traffic, as bench_alarm_real does) or the vitals simulator. ``people``:
+    ``RowTraffic``'s (persistence, absence) for the shared sets (the simulator's people persist)."""
     import tempfile
 
     from bench_alarm_real import fit_model, load_set, make_config
@@ -319,7 +320,8 @@ def stream_source(name: str, base, seed: int, days: int):
         with tempfile.TemporaryDirectory() as tmp:
             config = make_config(base, bounds, Path(tmp) / "unused.sqlite")
         kinds = (*SHIFTS, "stuck_sensor", "correlated_drift", "rows")
-        traffic = RowTraffic(T, A, bounds, people=PEOPLE, days=days, seed=seed * 7)
+        traffic = RowTraffic(T, A, bounds, people=PEOPLE, days=days, seed=seed * 7, persistence=people[0],
+                             absence=people[1])
     data = config.model_dump(mode="json")
     data["report"]["every_seconds"] = config.window.size_seconds  # a report on every window
     data["stream"]["entity_field"] = "device_id"
@@ -327,7 +329,7 @@ def stream_source(name: str, base, seed: int, days: int):
     return config, fit_model(config, ref, seed), Injected(traffic, seed + 99), kinds
 
 
-def run_stream(name: str, base, seed: int, days: int) -> list[dict]:
+def run_stream(name: str, base, seed: int, days: int, people: tuple[float, float] = (0.0, 0.0)) -> list[dict]:
     """``days`` days of one source through the WindowReleaser, a report on every window; 6
     surges of 3 windows a day after the warm-up, the kinds in turn. One row per report."""
     import json
@@ -338,7 +340,7 @@ def run_stream(name: str, base, seed: int, days: int) -> list[dict]:
     from monitor.release import WindowReleaser
     from monitor.pipeline.windows import ClosedWindow
 
-    config, model, traffic, kinds = stream_source(name, base, seed, days)
+    config, model, traffic, kinds = stream_source(name, base, seed, days, people)
     size = config.window.size_seconds
     wpd = traffic.windows_per_day
     warm = int(math.ceil(config.alarm.baseline_warmup_seconds / size))
@@ -383,8 +385,13 @@ def stream_summary(rows: list[dict]) -> dict:
 
 def stream_markdown(rows: list[dict], args, elapsed: float, cfg) -> str:
     lines = [
-        "## A report on every window: does it name only what stands out? (through the WindowReleaser)",
+        "## A report on every window: does it name only what stands out? (through the WindowReleaser)"
+        + (" - persistent people" if args.stream_persistence > 0 else ""),
         "",
+        *([f"The shared sets' people persist (`RowTraffic(persistence={args.stream_persistence:g}, "
+           f"absence={args.stream_absence:g})`): each sends their own row for the hour in most windows and sometimes "
+           "misses one, so the same people are heavy window after window (docs/benchmarks/alarm-rhythm.md, "
+           "\"persistent people\"). Independent rows: the section above.", ""] if args.stream_persistence > 0 else []),
         f"{PEOPLE:,} people, 5-minute windows, a detailed report on every window (`report.every_seconds` = the window), "
         f"the shipped config otherwise (a report costs epsilon {cfg.report_cost()[0]:.2f}); {args.stream_days} day(s) per "
         f"source and seed, {args.stream_seeds} seed(s). Every window goes through the production `WindowReleaser` (the "
@@ -431,7 +438,11 @@ def stream_markdown(rows: list[dict], args, elapsed: float, cfg) -> str:
                                               + [r for r in rows if r["page"] and not r["named"]][:1])),
         "",
         f"Reproduce: `OMP_NUM_THREADS=1 python bench/bench_report.py --stream --stream-seeds {args.stream_seeds} "
-        f"--stream-days {args.stream_days} --write` ({elapsed:.0f} s on one core).",
+        f"--stream-days {args.stream_days}"
+        + (f" --stream-sources {' '.join(args.stream_sources)}" if args.stream_sources != ["simulator", *STREAM_SETS] else "")
+        + (f" --stream-persistence {args.stream_persistence:g} --stream-absence {args.stream_absence:g}"
+           if args.stream_persistence > 0 else "")
+        + f" --write` ({elapsed:.0f} s on one core).",
     ]
     return "\n".join(lines)
 
@@ -448,6 +459,11 @@ def main(argv=None) -> int:
     ap.add_argument("--stream-seeds", type=int, default=1)
     ap.add_argument("--stream-days", type=int, default=2)
     ap.add_argument("--stream-sources", nargs="*", default=["simulator", *STREAM_SETS])
+    ap.add_argument("--stream-persistence", type=float, default=0.0, help="with --stream: the shared sets' people send "
+                    "their own row for the hour with this probability (RowTraffic; default 0: independent rows); "
+                    "--write then writes the section 'report-stream-persistent'")
+    ap.add_argument("--stream-absence", type=float, default=0.0, help="with --stream: a person online skips a window "
+                    "with this probability (default 0)")
     args = ap.parse_args(argv)
     cfg = load_config(REPO / "config.yaml")
     t0 = time.time()
@@ -455,7 +471,7 @@ def main(argv=None) -> int:
         rows = []
         for seed in range(args.stream_seeds):
             for name in args.stream_sources:
-                mine = run_stream(name, cfg, seed, args.stream_days)
+                mine = run_stream(name, cfg, seed, args.stream_days, (args.stream_persistence, args.stream_absence))
                 s = stream_summary(mine)
                 print(f"  {name:>16} seed {seed}: quiet named {s['quiet_named']:.1%} of {len(s['quiet'])}; pages "
                       f"{s['pages_affected']:.0%} / {s['pages_unaffected']:.0%} of {len(s['pages'])}; not paged "
@@ -466,7 +482,7 @@ def main(argv=None) -> int:
         if args.write:
             from bench.report import write_section
 
-            write_section("report-stream", md)
+            write_section("report-stream-persistent" if args.stream_persistence > 0 else "report-stream", md)
         return 0
     results: dict[str, dict[str, list]] = defaultdict(dict)
     for seed in range(args.seeds):

@@ -45,6 +45,7 @@ PAGES: dict[str, str] = {
     "alarm-trend-error": "alarm-rhythm.md",
     "report": "report.md",
     "report-stream": "report.md",
+    "report-stream-persistent": "report.md",
 }
 
 
