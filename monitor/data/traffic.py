@@ -216,7 +216,8 @@ class RowTraffic(_DailySchedule):
         self._own = (np.stack([self.rhythm.draw(self.first_day + h / 24, self.population, own_rng) for h in range(24)], axis=1)
                      if self.persistence > 0 else None)
         # Each person moves to their next hour's row at their own minute, not all at once.
-        self._offset = own_rng.integers(self.windows_per_day // 24, size=self.population) if self.persistence > 0 else None
+        self._offset = (own_rng.integers(max(1, self.windows_per_day // 24), size=self.population)
+                        if self.persistence > 0 else None)
 
     def time_of(self, i: int) -> float:
         """Window i's start, in days since midnight of day 0 (the rhythm's clock)."""
