@@ -161,8 +161,9 @@ def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days
     reps = int(math.ceil(QUIET_DAYS_SIMULATED / days))
     total_days = reps * days
     k = int(total_days // 30) + 1  # the k-th largest value: total_days / 30 windows lie above it
-    nn = np.tile(n, reps)
-    if people is not None:
+    if people is None:
+        nn = np.tile(n, reps)
+    else:
         online, stay, keep = np.tile(people["online"], reps), 1.0 - people["absence"], people["persistence"]
         nn = rng.binomial(online, stay)
     out = np.empty(r.shape[1])

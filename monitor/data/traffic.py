@@ -210,14 +210,15 @@ class RowTraffic(_DailySchedule):
         self.first_day = int(first_day)
         self.rhythm = RowRhythm(self.normal, rhythm if rhythm is not None else Rhythm("none"))
         self.persistence, self.absence = float(persistence), float(absence)
-        # Each person's own row for each hour of the day (their own stream: the other draws are
-        # those of independent rows, so persistence 0 replays the same traffic as before).
-        own_rng = np.random.default_rng(None if seed is None else seed + 7919)
-        self._own = (np.stack([self.rhythm.draw(self.first_day + h / 24, self.population, own_rng) for h in range(24)], axis=1)
-                     if self.persistence > 0 else None)
-        # Each person moves to their next hour's row at their own minute, not all at once.
-        self._offset = (own_rng.integers(max(1, self.windows_per_day // 24), size=self.population)
-                        if self.persistence > 0 else None)
+        self._own: "np.ndarray | None" = None
+        if self.persistence > 0:
+            # Each person's own row for each hour of the day (their own stream: the other draws are
+            # those of independent rows, so persistence 0 replays the same traffic as before).
+            own_rng = np.random.default_rng(None if seed is None else seed + 7919)
+            self._own = np.stack([self.rhythm.draw(self.first_day + h / 24, self.population, own_rng) for h in range(24)],
+                                 axis=1)
+            # Each person moves to their next hour's row at their own minute, not all at once.
+            self._offset = own_rng.integers(max(1, self.windows_per_day // 24), size=self.population)
 
     def time_of(self, i: int) -> float:
         """Window i's start, in days since midnight of day 0 (the rhythm's clock)."""
