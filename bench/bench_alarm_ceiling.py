@@ -86,7 +86,7 @@ def alarm_chance(w0: np.ndarray, w1: np.ndarray, n: int, k: int, settings, rng: 
     sd = math.sqrt(n * float(w0.var()) * factor + k * float(w1.var()))
     x = signal + sd * rng.standard_normal(TRIALS)
     if noise:
-        x = x + rng.laplace(0, b_page, TRIALS) - rng.laplace(0, b_thr, TRIALS)
+        x = x + rng.exponential(b_page, TRIALS) - rng.exponential(b_thr, TRIALS)  # AboveThreshold's one-sided noises
     return float((x >= threshold).mean())
 
 

@@ -178,3 +178,40 @@ def test_a_degenerate_first_baseline_is_retried_once_at_the_warm_up_length():
         t.learn_one(start, start + 60, np.zeros(3, bool))
     t.release(240)
     assert not t.warming_up and t.span_length() == 3600
+
+
+def _exact_losses(base, moves, scale_t, scale_q, threshold_noise="folded"):
+    """(log-ratio, positives) of every answer sequence of a run asked ``len(base)`` queries
+    (paying as it goes: it goes on after a positive), between a stream and its neighbour."""
+    from itertools import product
+
+    from svt_exact import log_prob
+
+    out = []
+    for answers in product((False, True), repeat=len(base)):
+        here = [(int(x), a, 1) for x, a in zip(base, answers)]
+        there = [(int(x + d), a, 1) for x, d, a in zip(base, moves, answers)]
+        loss = abs(log_prob(here, scale_t, scale_q, threshold_noise) - log_prob(there, scale_t, scale_q, threshold_noise))
+        out.append((loss, sum(answers)))
+    return out
+
+
+def test_every_outcome_of_a_run_with_one_sided_noise_is_within_its_charge():
+    """Exhaustive and exact: the one-sided noises (``AboveThreshold``: |Z| on the threshold and on
+    each query) keep every answer sequence of a 4-query run within epsilon_threshold + k
+    epsilon_positive, k its positives, for every pattern of extreme moves of an interval
+    [-m, W - m]. A threshold noise with a lower tail instead (-|Z|) breaks it: the proof's
+    shift of the threshold is upwards, and there nothing is left to shift into."""
+    from itertools import product
+
+    eps_t, eps_q, width, m = 0.5, 0.5, 8, 3
+    run = AboveThreshold(eps_t, eps_q, width=width, reach=width - m, rng=0)
+    base = np.array([0, -2, 3, 1])
+    worst, broken = 0.0, 0.0
+    for moves in product((-m, 0, width - m), repeat=4):
+        for loss, k in _exact_losses(base, moves, run.threshold_scale, run.query_scale):
+            worst = max(worst, loss - (eps_t + k * eps_q))
+        for loss, k in _exact_losses(base, moves, run.threshold_scale, run.query_scale, "negated"):
+            broken = max(broken, loss - (eps_t + k * eps_q))
+    assert worst <= 1e-9
+    assert broken > 0.1

@@ -19,6 +19,7 @@ from monitor.alarm.calibrate import (
     weight_units,
 )
 from monitor.config import AlarmSettings
+from svt_exact import log_prob as _log_prob
 
 EPS_T, EPS_P = 0.5, 1.0
 
@@ -30,7 +31,7 @@ def _base(rate: float, events: float = 10.0) -> BaselineEstimate:
 def _outcomes(units_per_window: list[int], events: int, runs: int, seed: int) -> Counter:
     """How often each outcome of one AboveThreshold run occurs: the index of its first page
     (the run stops there, having paid epsilon_threshold + epsilon_page), or -1 for none."""
-    alarm = SurgeAlarm(EPS_T, EPS_P, threshold=4.0, z=0.0, hold_windows=0, rng=np.random.default_rng(seed))
+    alarm = SurgeAlarm(EPS_T, EPS_P, threshold=1.0, z=0.0, hold_windows=0, rng=np.random.default_rng(seed))
     base = _base(0.3, events)
     counts: Counter = Counter()
     for _ in range(runs):
@@ -82,25 +83,6 @@ def test_graded_weights_on_neighbouring_streams_stay_within_the_runs_epsilon():
     assert loss <= EPS_T + EPS_P + 0.1
     broken = _outcomes(units(True, False), events, runs, seed=3)
     assert _max_log_ratio(here, broken, runs) > loss + 0.3, (here, there, broken)
-
-
-def _log_prob(groups, scale_t: float, scale_q: float) -> float:
-    """Exact log P[outcome] of an AboveThreshold run (discrete Laplace noises): ``groups``
-    holds (x, positive, count), x = query - threshold in integer units; the threshold noise
-    is summed over exactly (to 60 scales)."""
-    def log_tail(a, t):  # log P(Z >= a), Z discrete Laplace with P(z) ~ exp(-t |z|)
-        norm = math.log1p(math.exp(-t))
-        return np.where(a >= 1, -t * np.maximum(a, 1) - norm, np.log1p(-np.exp(-t * (1 - np.minimum(a, 0)) - norm)))
-
-    t_rho, t_q = 1.0 / scale_t, 1.0 / scale_q
-    rho = np.arange(-int(60 * scale_t), int(60 * scale_t) + 1)
-    log_p = math.log(math.tanh(t_rho / 2)) - t_rho * np.abs(rho)
-    with np.errstate(divide="ignore"):
-        for x, positive, count in groups:
-            up = log_tail(rho - x, t_q)
-            log_p = log_p + count * (up if positive else np.log1p(-np.exp(up)))
-    top = log_p.max()
-    return float(top + math.log(np.exp(log_p - top).sum()))
 
 
 @pytest.mark.parametrize("scores_quiet, score_page, within", [

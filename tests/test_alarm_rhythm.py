@@ -22,6 +22,7 @@ from monitor.data.traffic import Surge, Traffic
 from monitor.data.vitals import VITAL_FEATURES
 from monitor.release import WindowReleaser
 from monitor.pipeline.windows import ClosedWindow
+from svt_exact import log_prob as _log_prob
 
 R = RESOLUTION
 
@@ -174,8 +175,6 @@ def test_threshold_noise_covers_the_reach_and_page_noise_the_width(direction):
     noise of scale max(1, L) / epsilon_threshold and page noise of (1 + L) / epsilon_page keep
     every outcome within epsilon_threshold + epsilon_page; a threshold noise sized for half
     the largest upward move does not."""
-    from test_alarm_graded import _log_prob
-
     res, eps_t, eps_p = 64, 0.1, 2.0  # a cheap threshold: its shift dominates the loss
     low = 37  # L = 0.58, as for tau 0.03 with slack 0.5
     up, down = (res, -low) if direction == "added" else (low, -res)
@@ -408,8 +407,6 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_sl
     with and without a threshold that follows the level (``level_slope``, inside the clip).
     A resolution of 64 units keeps the exact sums small; the run's noise is sized as
     ``SurgeAlarm.open_run`` sizes it (one interval, no drift)."""
-    from test_alarm_graded import _log_prob
-
     res, eps_t, eps_p = 64, 0.5, 1.0
     m, top = 3, 6  # tau = 0.05 and the top of its band of width 0.1, in 1 / 64
     slack = RhythmReference(300, resolution=res).slack_units

@@ -56,6 +56,21 @@ def test_seeded_student_t_has_the_t_distribution():
     assert stats.kstest(x, stats.t(df=4, scale=2.0).cdf).pvalue > ALPHA
 
 
+@pytest.mark.parametrize("seed", [None, 4])
+def test_folded_discrete_laplace_has_its_one_sided_distribution(seed):
+    # |Z|, Z discrete Laplace: P(0) = (1 - q) / (1 + q), P(k) = 2 (1 - q) q^k / (1 + q). The
+    # sparse vector alarm's noise: never negative, and one step up costs exactly exp(1 / scale).
+    src, scale, n = noise_source(seed), 3.0, 6000
+    x = np.array([src.folded_discrete_laplace(scale) for _ in range(n)])
+    assert x.dtype.kind == "i" and x.min() == 0
+    q = math.exp(-1.0 / scale)
+    edges = 12
+    pmf = np.array([(1 - q) / (1 + q)] + [2 * (1 - q) * q**k / (1 + q) for k in range(1, edges)])
+    expected = np.append(pmf, 1.0 - pmf.sum()) * n
+    observed = np.append(np.bincount(np.minimum(x, edges), minlength=edges + 1)[:edges], np.sum(x >= edges))
+    assert stats.chisquare(observed, expected).pvalue > ALPHA
+
+
 def _first_pick_counts(src, scores, scale, n):
     return np.bincount([src.top_k(scores, 1, scale)[0] for _ in range(n)], minlength=len(scores))
 

@@ -25,6 +25,7 @@ from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
 from monitor.model import GridKNN
 from monitor.release import WindowReleaser
 from monitor.pipeline.windows import ClosedWindow
+from svt_exact import log_prob as _log_prob
 
 # A cheap threshold and dear pages: the threshold noise is then wide against the queries
 # and the exact loss of "quiet, quiet, ..., page" comes close to its worst case, so a
@@ -34,30 +35,6 @@ EPS_T, EPS_P = 0.1, 2.0
 
 
 # -- 1. one tau band per run: the exact privacy loss of a run whose baseline moved ----------
-
-def _log_tail(a: np.ndarray, t: float) -> np.ndarray:
-    """log P(Z >= a) for Z discrete Laplace, P(z) proportional to exp(-t |z|)."""
-    norm = math.log1p(math.exp(-t))
-    pos = -t * np.maximum(a, 1) - norm  # a >= 1
-    neg = np.log1p(-np.exp(-t * (1 - np.minimum(a, 0)) - norm))  # a <= 0
-    return np.where(a >= 1, pos, neg)
-
-
-def _log_prob(groups, scale_t: float, scale_q: float) -> float:
-    """Exact log P[outcome] of an AboveThreshold run: ``groups`` holds (x, answer, count),
-    x = query - threshold (integers), answer True for a positive; the threshold noise rho
-    is summed over exactly (to 60 scales), every query's noise in closed form."""
-    t_rho, t_q = 1.0 / scale_t, 1.0 / scale_q
-    reach = int(60 * scale_t)
-    rho = np.arange(-reach, reach + 1)
-    log_p = math.log(math.tanh(t_rho / 2)) - t_rho * np.abs(rho)
-    for x, positive, count in groups:
-        a = rho - x  # the query's noise must reach (positive) or stay below (negative) rho - x
-        log_up = _log_tail(a, t_q)
-        log_p = log_p + count * (log_up if positive else np.log1p(-np.exp(log_up)))
-    top = log_p.max()
-    return float(top + math.log(np.exp(log_p - top).sum()))
-
 
 def _worst_loss(m_quiet, m_page, scale_t: float, scale_q: float) -> float:
     """Privacy loss of "every quiet window negative, then one page" between a stream at the

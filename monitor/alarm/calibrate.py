@@ -15,10 +15,11 @@ Threshold. Under normal traffic a_i is the sum of n_i weights minus tau_hat n_i.
 spread comes from (1) the weights' own variation, at most n tau kappa with kappa =
 E[w^2] / E[w] <= 1 (w^2 <= w), (2) the baseline's estimation error sd_tau n (sampling
 and Laplace noise, :func:`baseline_rate_error`), and (3) the sparse-vector noise
-(Laplace 1/epsilon_page on each query, minus Laplace 1/epsilon_threshold on the
-threshold). The threshold T is the smallest number of excess events with
+(one-sided, ``AboveThreshold``: E_q of scale 1/epsilon_page on each query, minus E_t of
+scale 1/epsilon_threshold on the threshold, both non-negative). The threshold T is the
+smallest number of excess events with
 
-    windows per 30 days x P[X + L_q - L_t >= T] <= false_pages_per_30_days,
+    windows per 30 days x P[X + E_q - E_t >= T] <= false_pages_per_30_days,
 
 where X has variance n tau kappa + (sd_tau n)^2 and the right skew of a sum of weights in
 [0, 1] (third cumulant at most n tau kappa): a shifted gamma variable, since a normal one
@@ -294,12 +295,13 @@ def span_flag_cap(floor: int, epsilon_flagged: float, span_windows: int, events_
 
 
 def _svt_noise_density(x: np.ndarray, b_query: float, b_threshold: float) -> np.ndarray:
-    """Density of L_q - L_t, two independent Laplace variables of scales b_query, b_threshold."""
+    """Density of E_q - E_t, two independent exponential variables of scales b_query,
+    b_threshold: the alarm's folded discrete Laplace noises (``AboveThreshold``) in events.
+    At the alarm's resolution (scales of thousands of units) the fold's tail, 2 q^k / (1 + q),
+    is the exponential's q^k within a relative 1 / (2 scale): far below what a rate of
+    pages per 30 days can tell."""
     a, b = float(b_query), float(b_threshold)
-    ax = np.abs(x)
-    if abs(a - b) < 1e-9 * max(a, b):
-        return (1.0 + ax / a) * np.exp(-ax / a) / (4.0 * a)
-    return (a * np.exp(-ax / a) - b * np.exp(-ax / b)) / (2.0 * (a * a - b * b))
+    return np.where(x >= 0, np.exp(-np.maximum(x, 0.0) / a), np.exp(np.minimum(x, 0.0) / b)) / (a + b)
 
 
 @lru_cache(maxsize=64)
@@ -312,7 +314,7 @@ def _svt_grid(b_query: float, b_threshold: float) -> tuple[np.ndarray, np.ndarra
 
 @lru_cache(maxsize=4096)
 def _tail(threshold: float, sd: float, b_query: float, b_threshold: float, skew: float = 0.0) -> float:
-    """P[X + L_q - L_t >= threshold], by quadrature over the Laplace difference, where X has
+    """P[X + E_q - E_t >= threshold], by quadrature over the noises' difference, where X has
     mean 0, standard deviation ``sd`` and skewness ``skew``: a shifted gamma variable (a
     normal one for skew 0). A count of rare weighted events is skewed to the right: at
     1,500 people a normal tail put the false pages at a third of what a simulation of the

@@ -176,6 +176,17 @@ class NoiseSource:
             out = np.asarray(_opendp_discrete_laplace(float(scale))([int(v) for v in values]), dtype=np.int64)
         return int(out[0]) if size is None and not c.ndim else out
 
+    def folded_discrete_laplace(self, scale: float) -> int:
+        """|Z| for Z discrete Laplace(scale): a non-negative integer k with P(0) = (1 - q) / (1 + q)
+        and P(k) = 2 (1 - q) q^k / (1 + q) for k >= 1, q = exp(-1 / scale).
+
+        One-sided noise for the sparse vector alarm (``AboveThreshold``): its probabilities
+        fall by at most exp(s / scale) from k to k + s for every k >= 0 and s >= 0, which is
+        all that proof asks of a noise that is only ever shifted upwards. Drawn with the same
+        exact integer sampler as :meth:`discrete_laplace`; the fold is exact.
+        """
+        return abs(int(self.discrete_laplace(scale)))
+
     def _opendp_t(self, dof: int, n: int) -> np.ndarray:
         z = self.gaussian(1.0, n * (dof + 1)).reshape(n, dof + 1)
         m = np.max(np.abs(z[:, 1:]), axis=1)
