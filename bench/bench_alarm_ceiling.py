@@ -6,7 +6,8 @@ shipped ``config.yaml``), stationary traffic of n people and a surge of a share 
 the set's outliers, this computes the chance that the surge pages in its first window when every
 public number is exact: the normal weight's true mean and kappa, no profile or baseline error, the
 day's count at every hour. What is left is the alarm's design: its graded weight, its run's noise
-(``rhythm_interval``: the pages' noise covers the run's width, the threshold's its reach), the
+(one-sided, ``AboveThreshold``; ``rhythm_interval``: the pages' noise covers the run's width, the
+threshold's its reach), the
 rhythm reference's variance factor, and the threshold that ``alarm.false_pages_per_30_days``
 derives from them (``calibrate.window_threshold``, the function the alarm uses). Against it: the
 exact detector of the replay benchmarks at its best single flag level per set (binomial counts,

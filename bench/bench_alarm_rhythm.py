@@ -255,10 +255,10 @@ def _range(values) -> str:
 
 def summarise(results: list[dict]) -> str:
     lines = ["| scale | rhythm | flagged weight's swing (max / mean) | quiet days | false pages | per 30 days | "
-             "from day 2: per 30 days | windows answered / suppressed | epsilon in a quiet run's day (max) | exact false pages "
+             "from day 2: per 30 days | first days that paged | a deployment's first 30 days | windows answered / suppressed | epsilon in a quiet run's day (max) | exact false pages "
              "| surges | private, window 1 | exact, best level per set | private / exact | exact, best one level | "
              "private / exact at one level | from day 2: private / exact | surge runs: windows suppressed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {label: k for k, label in enumerate(dict.fromkeys(r["rhythm"] for r in results))}
     for people, share in sorted({(r["people"], r["share"]) for r in results}):
         for label in sorted({r["rhythm"] for r in results}, key=order.get):
@@ -272,6 +272,14 @@ def summarise(results: list[dict]) -> str:
             later_days = qd - len(q)
             later = (f"{30 * (fp - sum(r['false_pages_day1'] for r in q)) / later_days:.1f}"
                      if later_days > 0 and all("false_pages_day1" in r for r in q) else "-")
+            # A deployment meets its first day once: that day's chance of a false page, then 29 days at
+            # the later days' rate (the benchmark's short runs hold a first day in every few quiet days).
+            if q and later_days > 0 and all("false_pages_day1" in r for r in q):
+                day1 = sum(r["false_pages_day1"] for r in q)
+                first = f"{sum(r['false_pages_day1'] > 0 for r in q)} / {len(q)}"
+                deployment = f"{day1 / len(q) + 29 * (fp - day1) / later_days:.1f}"
+            else:
+                first = deployment = "-"
             ans, sup = sum(r["answered"] for r in q), sum(r["suppressed"] for r in q)
             # The exact detector's own false pages at the level it is scored at per set: a check of its constant.
             by_set: dict[str, np.ndarray] = {}
@@ -291,7 +299,7 @@ def summarise(results: list[dict]) -> str:
             else:
                 day2 = "-"
             lines.append(
-                f"| {people:,} / {share:.0%} | {label} | {_range([r['swing'] for r in q])} | {qd:.0f} | {fp} | {per30} | {later} | "
+                f"| {people:,} / {share:.0%} | {label} | {_range([r['swing'] for r in q])} | {qd:.0f} | {fp} | {per30} | {later} | {first} | {deployment} | "
                 f"{ans} / {sup} | {max((r['quiet_epsilon'] for r in q), default=float('nan')):.2f} | {exact_fp} | "
                 f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} | {one_level} | "
                 f"{priv / max(one_level, 1):.2f} | {day2} | "
@@ -341,8 +349,10 @@ a = G sin(2 pi w / 288) on the first component; `switch G`: -G by night, +G by d
 at 07:00 and 19:00; `weekly G`: the wave on weekdays, on the second component on Saturday and Sunday (runs start on a
 Friday); `stationary`: gamma 0. Events per window swing +-30 % over the day (`--swing`). A run is several consecutive days through
 one releaser and ledger. Swing: max / mean over the run of the TRUE expected weight per normal event the alarm counts
-(its graded flag). Quiet days count false pages; `answered` windows got a yes/no (quiet, fired, held), `suppressed` ones
-none (the budget was spent). Surges: 6 a day, 3 windows each, the set's outliers from a share of the people online,
+(its graded flag). Quiet days count false pages; each quiet run starts with a first day (no history yet), so a
+deployment's first 30 days count the first days' false pages once (their share of runs that paged on the first day,
+`first days that paged`) and 29 days at the later days' rate. `answered` windows got a yes/no (quiet, fired, held),
+`suppressed` ones none (the budget was spent). Surges: 6 a day, 3 windows each, the set's outliers from a share of the people online,
 counted when they page in their first window. Exact: f_w - r_w n_w at one flag level with r_w each window's TRUE
 normal rate, above the smallest constant with 1 false page per 30 days (300+ simulated quiet days of the same rhythm),
 at the best level in hindsight per data set, and at the best one level for every set (`best one level`: the goal's

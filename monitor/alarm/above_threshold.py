@@ -44,15 +44,15 @@ bound (the threshold's sum over x is then moved by s inside its own support, and
 positive answer's noise by s - move_i inside its own); nothing is asked of it below its
 smallest value. Both noises are therefore drawn one-sided: |Z| for Z discrete Laplace of
 the scales above (``NoiseSource.folded_discrete_laplace``), whose probabilities fall by
-exactly exp(-shift / scale) from every x >= 1, and by a factor 2 exp(-shift / scale) from 0.
-The same epsilon buys a noise with no lower tail: a surge's answer is never pushed down
-by its own noise, and a quiet one goes up as often as with Laplace noise of the same scale
-(twice as far in the upper tail, which the public threshold, derived for this noise,
-absorbs: ``calibrate``). Liu, Wang, Liu, Li, Chen 2024 ("Accuracy-enhanced Sparse Vector
-Technique with Exponential Noise") find exponential noise the best of the noises SVT
-admits; ``tests/svt_exact.py`` computes every outcome's exact probability under both
-neighbours and checks the bound above, and that a noise with a lower tail on the
-threshold fails it.
+exactly exp(-shift / scale) from every x >= 1 (from 0 they fall less: P(shift) = 2
+exp(-shift / scale) P(0)). The same epsilon buys a noise with no lower tail: a surge's
+answer is never pushed down by its own noise. Its upper tail is twice the Laplace's at
+the same scale, P(|Z| >= t) = 2 P(Z >= t), which the public threshold, derived for this
+noise, absorbs (``calibrate``). Liu, Wang, Liu, Li, Chen 2024 ("Accuracy-enhanced Sparse
+Vector Technique with Exponential Noise") find exponential noise the best of the noises
+SVT admits. ``tests/test_alarm.py`` computes every answer sequence's exact probability
+under both neighbours (``tests/svt_exact.py``) and checks the bound above, and that a
+threshold noise with a lower tail instead breaks it.
 
 Float safety: every value is an integer and the noise is OpenDP's discrete Laplace, folded,
 so "q_i + nu_i >= T_i + rho" is an exact comparison; no rounding can break the
