@@ -398,7 +398,7 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
 @pytest.mark.parametrize("level_slope", [0.0, 0.3])
 @pytest.mark.parametrize("mode,margin", [("rhythm", 0), ("recent", 0), ("recent", 20)])
 def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin):
-    """Exact privacy loss (discrete Laplace noises summed over exactly) of every outcome of a
+    """Exact privacy loss (the folded discrete Laplace noises, summed over exactly) of every outcome of a
     run answering rhythm-mode windows (or the first day's: the lower of the trend's statistic
     and the level's plus ``margin``), between a stream and the same stream without one
     adversarial person: heavy through yesterday's hour and the last hour, absent now, then

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 
 import numpy as np
