@@ -270,16 +270,15 @@ def summarise(results: list[dict]) -> str:
             per30 = f"{30 * fp / qd:.1f}" if qd else "-"
             # Legacy results (saved before day 1 was counted apart) say "-".
             later_days = qd - len(q)
-            later = (f"{30 * (fp - sum(r['false_pages_day1'] for r in q)) / later_days:.1f}"
-                     if later_days > 0 and all("false_pages_day1" in r for r in q) else "-")
-            # A deployment meets its first day once: that day's chance of a false page, then 29 days at
-            # the later days' rate (the benchmark's short runs hold a first day in every few quiet days).
-            if q and later_days > 0 and all("false_pages_day1" in r for r in q):
+            if later_days > 0 and all("false_pages_day1" in r for r in q):
                 day1 = sum(r["false_pages_day1"] for r in q)
+                later = f"{30 * (fp - day1) / later_days:.1f}"
+                # A deployment meets its first day once: that day's chance of a false page, then 29 days at
+                # the later days' rate (the benchmark's short runs hold a first day in every few quiet days).
                 first = f"{sum(r['false_pages_day1'] > 0 for r in q)} / {len(q)}"
                 deployment = f"{day1 / len(q) + 29 * (fp - day1) / later_days:.1f}"
             else:
-                first = deployment = "-"
+                later = first = deployment = "-"
             ans, sup = sum(r["answered"] for r in q), sum(r["suppressed"] for r in q)
             # The exact detector's own false pages at the level it is scored at per set: a check of its constant.
             by_set: dict[str, np.ndarray] = {}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from itertools import product
 
 import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, AboveThreshold, BaselineEstimate, BaselineTracker, SurgeAlarm
 from monitor.alarm.calibrate import span_flag_cap
+from svt_exact import log_prob
 
 EPS_T, EPS_Q = 0.5, 0.5
 WIDTH = 4
@@ -183,10 +185,6 @@ def test_a_degenerate_first_baseline_is_retried_once_at_the_warm_up_length():
 def _exact_losses(base, moves, scale_t, scale_q, threshold_noise="folded"):
     """(log-ratio, positives) of every answer sequence of a run asked ``len(base)`` queries
     (paying as it goes: it goes on after a positive), between a stream and its neighbour."""
-    from itertools import product
-
-    from svt_exact import log_prob
-
     out = []
     for answers in product((False, True), repeat=len(base)):
         here = [(int(x), a, 1) for x, a in zip(base, answers)]
@@ -202,8 +200,6 @@ def test_every_outcome_of_a_run_with_one_sided_noise_is_within_its_charge():
     epsilon_positive, k its positives, for every pattern of extreme moves of an interval
     [-m, W - m]. A threshold noise with a lower tail instead (-|Z|) breaks it: the proof's
     shift of the threshold is upwards, and there nothing is left to shift into."""
-    from itertools import product
-
     eps_t, eps_q, width, m = 0.5, 0.5, 8, 3
     run = AboveThreshold(eps_t, eps_q, width=width, reach=width - m, rng=0)
     base = np.array([0, -2, 3, 1])
