@@ -120,6 +120,62 @@ def test_shares_are_monotone_and_thresholds_invert_them():
         assert abs((s > thr).mean() - c) < max(0.2 * c, 0.0015)
 
 
+def _small_parts(seeds, rows=600):
+    """Histograms of a small held-apart part (as on the shared sets: 600 rows, epsilon 0.71) of a
+    gamma-tailed score, with a large sample of the same scores to measure the realised shares."""
+    edges = public_edges(4.4, np.random.default_rng(100).gamma(2.0, 0.15, 20000))
+    fresh = np.random.default_rng(101).gamma(2.0, 0.15, 400_000)
+    parts = [ScoreHistogram.release(np.random.default_rng(seed).gamma(2.0, 0.15, rows), edges, 0.71,
+                                    noise_source(seed)) for seed in seeds]
+    return parts, fresh
+
+
+def test_rare_shares_of_a_small_part_follow_a_fitted_tail_not_the_noise():
+    # 0.2 % of 600 rows is 1.2 rows under a tail noise of about +-10: counting alone put the
+    # threshold where the noise of the empty top bins lay, flagging no normal event at all.
+    parts, fresh = _small_parts(range(30))
+    for c in (0.002, 0.005):
+        fitted = np.array([(fresh > h.threshold_for(c)).mean() / c for h in parts])
+        counted = []
+        for h in parts:
+            bare = ScoreHistogram(h.edges, h.counts, h.epsilon)
+            object.__setattr__(bare, "tail_", None)
+            counted.append((fresh > bare.threshold_for(c)).mean() / c)
+        counted = np.array(counted)
+        assert all(h.tail_ is not None for h in parts)
+        assert 0.5 <= np.median(fitted) <= 2.0, np.median(fitted)
+        assert np.mean((fitted >= 0.25) & (fitted <= 4.0)) >= 0.8, fitted
+        assert np.mean(counted < 0.25) > 0.3 and np.mean(fitted < 0.25) < 0.1  # counted: often next to none
+
+
+def test_the_fitted_tail_is_continuous_monotone_and_inverted_exactly():
+    parts, _ = _small_parts(range(5))
+    for h in parts:
+        a, s = h.tail_
+        anchor = h.edges[a]
+        assert h.count_above(anchor) == pytest.approx(h.count_above(np.nextafter(anchor, np.inf)), rel=1e-9)
+        t = np.linspace(anchor - 0.5, h.edges[-1] + 1.0, 2001)
+        share = h.share_above(t)
+        assert np.all(np.diff(share) <= 0)
+        assert h.share_above(h.edges[-1]) == 0.0  # nothing scores at or above the score's largest value
+        for c in (0.0005, 0.002, 0.005, 0.01):
+            thr = h.threshold_for(c)
+            if thr < h.edges[-1]:
+                assert h.share_above(thr) == pytest.approx(c, rel=1e-9)
+        again = ScoreHistogram.from_dict(json.loads(json.dumps(h.as_dict())))
+        assert again.threshold_for(0.002) == h.threshold_for(0.002)  # derived, so a file needs nothing new
+
+
+def test_a_part_large_enough_to_count_every_share_keeps_the_counted_tail():
+    # With no edge untrusted below the last one there is nothing to model; with none trusted
+    # (noise only) there is nothing to anchor on.
+    edges = score_edges(4.0, 4)
+    big = ScoreHistogram(edges, np.array([4e6, 3e6, 2e6, 1e6]), 1.0)
+    assert big.tail_ is None and big.threshold_for(0.1) == pytest.approx(2.25)
+    noise = ScoreHistogram(edges, np.array([3.0, 0.5, 1.0, 2.0]), 0.5)
+    assert noise.tail_ is None
+
+
 # -- the model -------------------------------------------------------------------------------
 def test_contamination_flags_that_share_of_unseen_normal_data():
     m = GridKNN(epsilon=1.0, bounds=BOUNDS, random_state=0).fit(_normal(20000, 6))
