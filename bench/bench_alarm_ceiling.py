@@ -168,8 +168,7 @@ def main() -> None:
         f"and one graded pair for every set at best {pairs[((n, share), best_pair[(n, share)])] / rows[(n, share)]['exact']:.2f} "
         f"({best_pair[(n, share)][0]:g} / {best_pair[(n, share)][1]:g})"
         for n, share in SCALES) + (". The alarm's levels are those it moves to at each fleet's size "
-                                   "(alarm.levels_follow_fleet: 1 % / 10 % at 1,500 people; at 10,000 each event weighs the mean of "
-                                   "its weights there and at 0.2 % / 2 %). "
+                                   "(alarm.levels_follow_fleet: 1 % / 10 % at 1,500 people, 0.2 % / 2 % at 10,000). "
                                    "The replays above stay below these ceilings by what the alarm does not know exactly. "
                                    "The slack is the largest cost left: at slack 0 the ceiling would be "
                                    + " and ".join(f"{slacks[(sc, 0.0)] / rows[sc]['exact']:.2f}" for sc in SCALES)

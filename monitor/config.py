@@ -166,8 +166,8 @@ class AlarmSettings(_Strict):
         "moves it by at most 1. null: the plain flag at the upper level."
     )
     levels_follow_fleet: bool = Field(
-        True, description="When the released event count shows a large fleet, weigh each event by the mean of its weights "
-        "at the configured levels and at a sparser pair (a half or a fifth of contamination and contamination_graded, the "
+        True, description="When the released event count shows a large fleet, weigh each event at a sparser pair of "
+        "levels instead of the configured ones (a half or a fifth of contamination and contamination_graded, the "
         "one with about 15 normal events a window above its upper level; docs/alarm.md). Chosen from the released count "
         "at each baseline, so free; a move restarts the day's comparison and the alarm's run. false: the configured "
         "levels at any traffic."

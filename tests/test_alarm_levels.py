@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, BaselineTracker, RhythmReference
-from monitor.alarm.calibrate import (fleet_rung, level_ladder, normal_weight_moments, rung_levels, rung_units,
-                                     weight_units)
+from monitor.alarm.calibrate import (alarm_levels, fleet_rung, level_ladder, normal_weight_moments, rung_levels,
+                                     rung_units, weight_units)
 from monitor.budget import BudgetAccountant, WindowLedger
 from monitor.config import parse_config
 from monitor.data.traffic import Traffic
@@ -158,8 +158,9 @@ def test_a_large_fleet_moves_to_sparser_levels_at_its_first_baseline_and_keeps_t
     first = next(r for r in records if r["baseline"])
     assert first["baseline"]["levels"] == list(LADDER[1])
     assert records[-1]["baseline_in_use"]["levels"] == list(LADDER[1])
-    # Each event weighs the mean of its weights at the configured pair and at the rung's.
-    assert releaser.levels == rung_levels(vitals_model, config.alarm, LADDER[1]) and len(releaser.levels) == 2
+    # Each event weighs at the rung's own pair.
+    assert releaser.levels == rung_levels(vitals_model, config.alarm, LADDER[1]) and len(releaser.levels) == 1
+    assert releaser.levels[0] == alarm_levels(vitals_model, config.alarm, LADDER[1])
     assert records[-1]["alarm_detail"]["state"] in ("quiet", "fired")  # the alarm answers at the new levels
     # The rhythm reference's history was weighed again at the new levels.
     ids, units, _ = releaser.reference._windows[0]
@@ -192,22 +193,21 @@ def test_an_absolute_threshold_pins_the_levels(tmp_path, vitals_model):
     assert records[-1]["baseline_in_use"]["levels"] is None and releaser.rung == 0
 
 
-def test_a_rungs_weight_is_the_mean_of_its_pairs_and_its_moments_follow(vitals_model, tmp_path):
-    """A rung's weight stays in [0, 1] (one person still moves a window by at most 1) and is the
-    mean of the two pairs' weights; its normal moments from the model's calibration match the
-    single pair's where both pairs are the same, and lie between the two pairs' rates."""
+def test_a_sparser_rungs_weight_is_its_own_pairs_and_its_moments_follow(vitals_model, tmp_path):
+    """A sparser rung weighs at its own pair alone: its weight is that pair's (in [0, 1], so one
+    person still moves a window by at most 1), and its normal weight from the model's calibration
+    is below the configured pair's."""
     a = _config(tmp_path).alarm
-    dense, sparse = rung_levels(vitals_model, a, LADDER[2])
+    (dense,) = rung_levels(vitals_model, a)
+    (sparse,) = rung_levels(vitals_model, a, LADDER[2])
+    assert sparse[0] > dense[0] and sparse[1] > dense[1]  # a fifth of both shares: higher scores
     scores = np.concatenate([np.linspace(dense[0] - 1, sparse[1] + 1, 500), [dense[0], dense[1], sparse[0], sparse[1]]])
-    units = rung_units(scores, (dense, sparse), RESOLUTION)
-    assert units.min() >= 0 and units.max() == RESOLUTION
-    assert np.all(np.abs(units - (weight_units(scores, *dense, RESOLUTION) + weight_units(scores, *sparse, RESOLUTION)) / 2) <= 0.5)
+    units = rung_units(scores, (sparse,), RESOLUTION)
+    assert np.array_equal(units, weight_units(scores, *sparse, RESOLUTION))
+    assert units.min() == 0 and units.max() == RESOLUTION
     one = normal_weight_moments(vitals_model, (dense,), 0.01)
-    assert normal_weight_moments(vitals_model, (dense, dense), 0.01) == pytest.approx(one, rel=1e-3)
-    mixed = normal_weight_moments(vitals_model, (dense, sparse), 0.01)[0]
-    low = normal_weight_moments(vitals_model, (sparse,), 0.01)[0]
-    assert low < mixed < one[0] and mixed == pytest.approx((low + one[0]) / 2, rel=1e-2)
-
+    low = normal_weight_moments(vitals_model, (sparse,), 0.01)
+    assert 0 < low[0] < one[0] / 2
 
 def test_a_ledger_from_before_the_ladder_resumes_at_the_configured_levels(tmp_path, vitals_model):
     """A baseline released before the levels followed the fleet has no ``levels``: it was taken at

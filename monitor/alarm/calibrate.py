@@ -141,8 +141,8 @@ def alarm_levels(model, settings, levels: "tuple[float, float | None] | None" = 
 # sets at 1,500 and at 10,000 people (docs/benchmarks/alarm-rhythm.md, the ceiling and the large
 # fleet): the shipped 1 % at 1,500 people; at 10,000, 0.2 % (a fifth of the count 1 % gives).
 BEST_NORMAL_ABOVE_UPPER = 15
-# The sparser pairs a rung adds to the configured one, as factors of it: a small fleet keeps its
-# levels, a large one weighs events at 1 % / 10 % and at 0.2 % / 2 % from the shipped pair.
+# The rungs' pairs, as factors of the configured one: a small fleet keeps its levels, a large one
+# weighs events at 0.2 % / 2 % from the shipped pair.
 LADDER_FACTORS = (1.0, 0.5, 0.2)
 # A rung in use is kept while the best share is within this factor of its own: a fleet that
 # grows or shrinks a little does not move the levels (each move restarts the day's comparison).
@@ -153,8 +153,8 @@ def level_ladder(settings) -> "tuple[tuple[float, float | None], ...]":
     """The rungs of the alarm's levels, each named by its sparsest (contamination,
     contamination_graded) pair (public: the config): with ``levels_follow_fleet`` the configured
     pair and its ``LADDER_FACTORS``; the configured pair alone without it or with an absolute
-    ``threshold`` (a count at those levels). A rung above the first weighs each event by the mean
-    of its weights at the configured pair and at the rung's own (``rung_levels``).
+    ``threshold`` (a count at those levels). A rung above the first weighs each event at its own
+    pair (``rung_levels``).
 
     >>> from monitor.config import AlarmSettings
     >>> [tuple(round(x, 6) for x in rung) for rung in level_ladder(AlarmSettings())]
@@ -168,17 +168,16 @@ def level_ladder(settings) -> "tuple[tuple[float, float | None], ...]":
 
 def rung_levels(model, settings, shares: "tuple[float, float | None] | None" = None
                 ) -> "tuple[tuple[float, float], ...]":
-    """The (t_lo, t_hi) score levels of a rung of ``level_ladder``: the configured pair's, and
-    the rung's own when it is sparser. Why both, not the sparser alone: on the shared sets at
-    10,000 people the sparse pair alone saw the most surges (0.73 of the exact detector's
-    ceiling, against 0.52 for the configured pair and 0.69 for both), but on the vitals simulator,
-    whose anomalies score less far out, it paged a third of the surges where the configured
-    pair paged 0.61 and both 0.56: the mean of the two does not bet on how far out anomalies
-    score."""
-    dense = alarm_levels(model, settings)
+    """The (t_lo, t_hi) score levels of a rung of ``level_ladder``: the configured pair's, or the
+    rung's own pair alone when it is sparser. Why alone: on the shared sets at 10,000 people
+    (stationary traffic, 3 seeds) the sparse pair pages 101 surges in their first window where
+    the exact detector at its best single level pages 135, against 82 for the mean of both
+    pairs' weights; on the vitals simulator 0.93 against 0.90 (10 days). The mean was the choice
+    while the model read rare levels by counting alone: they often landed at the top of the
+    score range, and the sparse pair alone then saw little (docs/model.md, "Rare rates")."""
     if shares is None or tuple(shares) == (settings.contamination, settings.contamination_graded):
-        return (dense,)
-    return dense, alarm_levels(model, settings, shares)
+        return (alarm_levels(model, settings),)
+    return (alarm_levels(model, settings, shares),)
 
 
 def rung_units(scores: "np.ndarray", levels: "Sequence[tuple[float, float]]", resolution: int) -> np.ndarray:

@@ -255,12 +255,12 @@ def levels_advice(settings, events_per_window: float, levels: "tuple[float, floa
 
 def levels_note(settings, levels: "tuple[float, float | None] | None") -> str:
     """Which levels the alarm weighs at, when the fleet moved them from the configured pair alone
-    (``calibrate.rung_levels``: each event weighs the mean of its weights at both pairs)."""
+    (``calibrate.rung_levels``: each event weighs at the rung's own pair)."""
     if levels is None or tuple(levels) == (settings.contamination, settings.contamination_graded):
         return ""
     pair = (f"{_share(levels[0])}" if levels[1] is None else f"{_share(levels[1])} / {_share(levels[0])}")
-    return ("; at this fleet's size each event weighs the mean of its weights at the configured levels and at the "
-            f"levels {pair} of normal events exceed (alarm.levels_follow_fleet)")
+    return (f"; at this fleet's size the alarm weighs each event at the levels {pair} of normal events exceed "
+            "instead of the configured ones (alarm.levels_follow_fleet)")
 
 
 def visibility_report(config, record: dict | None = None, model=None) -> dict:
