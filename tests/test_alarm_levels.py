@@ -209,6 +209,7 @@ def test_a_sparser_rungs_weight_is_its_own_pairs_and_its_moments_follow(vitals_m
     low = normal_weight_moments(vitals_model, (sparse,), 0.01)
     assert 0 < low[0] < one[0] / 2
 
+
 def test_a_ledger_from_before_the_ladder_resumes_at_the_configured_levels(tmp_path, vitals_model):
     """A baseline released before the levels followed the fleet has no ``levels``: it was taken at
     the configured pair, so a restart resumes it there instead of warming up again."""
