@@ -175,8 +175,6 @@ def rung_levels(model, settings, shares: "tuple[float, float | None] | None" = N
     pairs' weights; on the vitals simulator 0.93 against 0.90 (10 days). The mean was the choice
     while the model read rare levels by counting alone: they often landed at the top of the
     score range, and the sparse pair alone then saw little (docs/model.md, "Rare rates")."""
-    if shares is None or tuple(shares) == (settings.contamination, settings.contamination_graded):
-        return (alarm_levels(model, settings),)
     return (alarm_levels(model, settings, shares),)
 
 

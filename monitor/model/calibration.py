@@ -196,7 +196,7 @@ class ScoreHistogram:
     def _fit_tail(self) -> "tuple[int, float] | None":
         """(a, s): the anchor edge's index and the fitted decay (see the class docstring)."""
         k = len(self.counts)
-        acc = np.array([laplace_sum_accuracy(k - i, self.scale) for i in range(k)])
+        acc = np.array([self.rank_accuracy(e) for e in self.edges[:k]])
         trusted = np.flatnonzero(self._tail[:k] >= TAIL_TRUST * acc)
         if trusted.size == 0 or trusted[-1] >= k - 1:
             return None
