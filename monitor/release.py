@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, Comparison, RhythmReference, SurgeAlarm
-from monitor.alarm.baseline import profile_load
+from monitor.alarm.baseline import profile_level, profile_load
 from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
                                      rung_levels, rung_units)
 from monitor.config import MonitorConfig, ReportSettings
@@ -301,6 +301,8 @@ class WindowReleaser:
                 slope, margin = 0.0, 0
                 mode, coefficients, relative_error = self.reference.outline(index)
                 if mode != "baseline" and a.threshold_follows_level:
+                    # The line covers every level from 0 to 4 times the hour's: it lies lowest at the best estimate.
+                    load = profile_level(est, window.start) or load
                     slope = self.alarm.level_line(est, coefficients, relative_error, load)[0]
                 if mode == "recent":
                     # The first day's level overrules its trend only a whole threshold below it.

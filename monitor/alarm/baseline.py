@@ -71,7 +71,7 @@ from monitor.alarm.calibrate import (baseline_problem, baseline_rate_error, flee
                                      span_windows)
 from monitor.dp import noise_source
 
-__all__ = ["BaselineEstimate", "BaselineTracker", "profile_load", "PROFILE_HARMONICS"]
+__all__ = ["BaselineEstimate", "BaselineTracker", "profile_level", "profile_load", "PROFILE_HARMONICS"]
 
 # Harmonics of the day a released profile keeps: a day and night, two shifts, three meals.
 PROFILE_HARMONICS = 3
@@ -518,7 +518,21 @@ def _average_days(shape: np.ndarray, error: float, previous: "BaselineEstimate |
 def profile_load(estimate: "BaselineEstimate | None", window_start: float) -> "float | None":
     """The released profile's factor for the part of the day holding ``window_start`` (public);
     None without a profile."""
-    if estimate is None or not estimate.profile:
+    return None if estimate is None else _part_of_day(estimate.profile, window_start)
+
+
+def profile_level(estimate: "BaselineEstimate | None", window_start: float) -> "float | None":
+    """The released profile's own shape at the part of the day holding ``window_start``, in the
+    loads' [0.25, 8] but without what ``profile_load`` adds (its neighbours' and a standard
+    deviation of its noise; public). A threshold that follows the level is a line that covers
+    every flagged level from 0 to 4 times the hour's expected one (``SurgeAlarm.level_line``):
+    where the level stands is the statistic's own business, so the line needs the hour's best
+    estimate to lie lowest there, not an upper one. None without a profile."""
+    shape = None if estimate is None else _part_of_day(estimate.profile_shape, window_start)
+    return None if shape is None else float(min(max(shape, 0.25), 8.0))
+
+
+def _part_of_day(parts: "tuple[float, ...] | None", window_start: float) -> "float | None":
+    if not parts:
         return None
-    bins = len(estimate.profile)
-    return estimate.profile[int((float(window_start) % 86400.0) // (86400.0 / bins))]
+    return parts[int((float(window_start) % 86400.0) // (86400.0 / len(parts)))]

@@ -329,13 +329,18 @@ def _tail(threshold: float, sd: float, b_query: float, b_threshold: float, skew:
     return float(min(1.0, max(0.0, np.sum(dens * tail) * dx)))
 
 
-def _normal_spread(rate: float, events: float, rate_error: float, kappa: float) -> tuple[float, float]:
+def _normal_spread(rate: float, events: float, rate_error: float, kappa: float,
+                   factor: float = 1.0) -> tuple[float, float]:
     """(standard deviation, skewness) of a_i under normal traffic: the weights' own variation
-    (variance n tau kappa; third cumulant n E[w^3] <= n tau kappa, since w^3 <= w^2) and the
-    baseline's error (normal: no skew)."""
+    (variance n tau kappa), ``factor`` times it with a prediction's (the rhythm reference's
+    variance factor), and the baseline's error (normal: no skew). The third cumulant is the
+    window's own, n E[w^3] <= n tau kappa (w^3 <= w^2): a prediction's terms enter it with their
+    coefficients cubed and the opposite sign, a fraction of a percent that lowers it (the day's
+    and the recent windows' positive coefficients outweigh the hour before's negative ones), so
+    they add spread but no skew."""
     n = max(float(events), 0.0)
     own = n * min(max(rate, 0.0), 1.0) * kappa
-    var = own + (rate_error * n) ** 2
+    var = own * factor + (rate_error * n) ** 2
     if var <= 0:
         return 0.0, 0.0
     return math.sqrt(var), own / var ** 1.5
@@ -346,14 +351,16 @@ _PHASES = np.sin(2 * np.pi * (np.arange(16) + 0.5) / 16)
 
 
 def false_pages_per_30_days(threshold: float, *, rate: float, events: float, rate_error: float, epsilon_threshold: float,
-                            epsilon_page: float, window_seconds: float, kappa: float = 1.0, swing: float = 0.0) -> float:
+                            epsilon_page: float, window_seconds: float, kappa: float = 1.0, swing: float = 0.0,
+                            variance_factor: float = 1.0) -> float:
     """Expected false pages per 30 days (quiet traffic) of a threshold of ``threshold``
     excess events, at a mean of ``events`` per window swinging by +-``swing`` over the day
     (the spread grows with the traffic: the peak windows make most false pages) and a
-    normal weight share ``rate``."""
+    normal weight share ``rate``; ``variance_factor``: the statistic's normal variance over the
+    window's own (a prediction's share, ``_normal_spread``)."""
     per_window = 0.0
     for phase in (_PHASES if swing > 0 else (0.0,)):
-        sd, skew = _normal_spread(rate, events * (1.0 + swing * phase), rate_error, kappa)
+        sd, skew = _normal_spread(rate, events * (1.0 + swing * phase), rate_error, kappa, variance_factor)
         per_window += _tail(round(float(threshold), 6), round(sd, 6), 1.0 / epsilon_page, 1.0 / epsilon_threshold,
                             round(skew, 4))
     per_window /= len(_PHASES) if swing > 0 else 1
@@ -365,13 +372,14 @@ _expected_false_pages = false_pages_per_30_days
 
 def false_page_threshold(*, rate: float, events: float, rate_error: float, epsilon_threshold: float, epsilon_page: float,
                          false_pages_per_30_days: float, window_seconds: float, kappa: float = 1.0,
-                         swing: float = 0.0) -> float:
+                         swing: float = 0.0, variance_factor: float = 1.0) -> float:
     """The smallest threshold (excess events per window) whose expected false pages per 30
     days stay within ``false_pages_per_30_days`` (see the module docstring). Public."""
     if not false_pages_per_30_days > 0:
         raise ValueError(f"false_pages_per_30_days must be positive, got {false_pages_per_30_days!r}")
     kw = dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=epsilon_threshold,
-              epsilon_page=epsilon_page, window_seconds=window_seconds, kappa=kappa, swing=swing)
+              epsilon_page=epsilon_page, window_seconds=window_seconds, kappa=kappa, swing=swing,
+              variance_factor=variance_factor)
 
     def excess(threshold: float) -> float:
         return _expected_false_pages(threshold, **kw) - false_pages_per_30_days
@@ -421,7 +429,7 @@ def level_line(levels: Sequence[float], thresholds: Sequence[float], expected: f
 
 
 def visibility(threshold: float, *, rate: float, events: float, epsilon_page: float, epsilon_threshold: float,
-               power: float = 0.95, kappa: float = 1.0) -> float:
+               power: float = 0.95, kappa: float = 1.0, variance_factor: float = 1.0) -> float:
     """The smallest surge, as a share of the people online, that pages in its first window
     with probability ``power``, if every surge event weighs 1 (scores above the upper level).
 
@@ -431,7 +439,7 @@ def visibility(threshold: float, *, rate: float, events: float, epsilon_page: fl
     """
     n = max(float(events), 1.0)
     tau = min(max(rate, 0.0), 1.0)
-    sd, skew = _normal_spread(tau, n, 0.0, kappa)  # this window's own spread: the baseline error is already in the threshold
+    sd, skew = _normal_spread(tau, n, 0.0, kappa, variance_factor)  # this window's own spread: the baseline error is already in the threshold
     b_q, b_t = 1.0 / epsilon_page, 1.0 / epsilon_threshold
     # Find the excess x with P[x + noise >= threshold] >= power.
     lo, hi = 0.0, max(1.0, 2 * threshold + 10 * (sd + b_q + b_t))
@@ -489,7 +497,8 @@ def _terms(settings, rate: float, events: float, rate_error: float, kappa: float
     return dict(rate=rate, events=events, rate_error=0.0,
                 epsilon_threshold=settings.epsilon_threshold * RESOLUTION / reach,
                 epsilon_page=settings.epsilon_page * RESOLUTION / width,
-                kappa=kappa * rhythm_variance(settings.recent_windows, settings.seasonal_windows), swing=swing)
+                kappa=kappa, swing=swing,
+                variance_factor=rhythm_variance(settings.recent_windows, settings.seasonal_windows))
 
 
 def alarm_visibility(settings, window_seconds: float, rate: float, events_per_window: float,
@@ -507,7 +516,8 @@ def alarm_visibility(settings, window_seconds: float, rate: float, events_per_wi
     thr = window_threshold(settings, window_seconds, rate, events_per_window, rate_error, kappa, load)
     t = _terms(settings, rate, events_per_window, rate_error, kappa, load)
     share = visibility(thr, rate=rate, events=t["events"], epsilon_page=t["epsilon_page"],
-                       epsilon_threshold=t["epsilon_threshold"], kappa=t["kappa"])
+                       epsilon_threshold=t["epsilon_threshold"], kappa=t["kappa"],
+                       variance_factor=t.get("variance_factor", 1.0))
     fp = false_pages_per_30_days(thr, window_seconds=window_seconds, **t)
     return AlarmVisibility(t["events"], rate, thr, share, fp)
 

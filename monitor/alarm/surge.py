@@ -235,8 +235,9 @@ class SurgeAlarm:
     def window_threshold(self, baseline: BaselineEstimate, comparison: Comparison | None = None,
                          load: float | None = None) -> float:
         """T_i in events: public, from the config, the released baseline (``load``: its daily
-        profile's factor at this window's hour, ``baseline.profile_load``) and the reference's
-        public mode (``comparison.mode`` and ``variance_factor``) only."""
+        profile's factor at this window's hour, ``baseline.profile_load``; where the comparison
+        follows the level, the profile's own shape there, ``baseline.profile_level``, the line's
+        anchor) and the reference's public mode (``comparison.mode`` and ``variance_factor``) only."""
         expected = max(0.0, baseline.rate * baseline.events_per_window)
         if self.threshold is not None:
             return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
@@ -262,8 +263,10 @@ class SurgeAlarm:
         """(slope, intercept, threshold at the expected level), in events: the threshold as a line in
         the window's predicted flagged weight F, at or above the one ``false_pages_per_30_days``
         derives at every F from 0 to 4 times the expected rate x events (``calibrate.LEVEL_REACH``).
-        Public: from the released baseline, the profile's ``load`` and the reference's public
-        ``outline`` (``coefficients``: the sum of the prediction's squared coefficients).
+        Public: from the released baseline, the profile's ``load`` (the caller passes the hour's
+        own shape, ``baseline.profile_level``: the line is lowest there, and covers any level the
+        hour really has within the reach) and the reference's public ``outline``
+        (``coefficients``: the sum of the prediction's squared coefficients).
 
         The reference takes slope x F off its statistic (``RhythmReference.compare``), so the
         alarm compares it with the intercept: a flagged level the released rate did not expect
@@ -318,7 +321,7 @@ class SurgeAlarm:
             rate=baseline.rate if rate is None else rate, events=events, rate_error=rate_error,
             epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
             false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds,
-            kappa=kappa * variance_factor, swing=swing)
+            kappa=kappa, swing=swing, variance_factor=variance_factor)
 
     def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True) -> AlarmAnswer:
         """Answer one window, in window order, from its count of flagged events (weight 1
