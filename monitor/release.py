@@ -299,14 +299,14 @@ class WindowReleaser:
             load = profile_load(est, window.start)
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
                 slope, margin = 0.0, 0
-                mode, coefficients, relative_error = self.reference.outline(index)
+                mode, coefficients, relative_error, cubes = self.reference.outline(index)
                 if mode != "baseline" and a.threshold_follows_level:
                     # The line covers every level from 0 to 4 times the hour's: it lies lowest at the best estimate.
                     load = profile_level(est, window.start) or load
-                    slope = self.alarm.level_line(est, coefficients, relative_error, load)[0]
+                    slope = self.alarm.level_line(est, coefficients, relative_error, load, cubes)[0]
                 if mode == "recent":
                     # The first day's level overrules its trend only a whole threshold below it.
-                    bar = self.alarm.window_threshold(est, Comparison(0, mode, coefficients, relative_error, slope), load)
+                    bar = self.alarm.window_threshold(est, Comparison(0, mode, coefficients, relative_error, slope, cubes), load)
                     margin = math.ceil(bar * RESOLUTION)
                 comparison = self.reference.compare(index, units, window.entities, self.alarm.run_rate_units(est),
                                                     self.alarm.low_units, level_slope=slope, level_margin=margin)

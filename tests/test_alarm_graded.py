@@ -167,6 +167,51 @@ def test_at_one_false_page_a_month_the_threshold_counts_the_skew_of_rare_flags()
     assert per_30_days(normal_T) >= 1.6, (normal_T, per_30_days(normal_T))
 
 
+def test_a_prediction_adds_spread_but_no_skew_and_the_threshold_still_keeps_the_rate():
+    """The rhythm reference's statistic is the window's weights minus a combination of earlier
+    windows' (its shipped coefficients: the last hour, the same hour on two days, the hour before
+    those). The prediction widens the spread by 1 + sum c^2 but its terms enter the third
+    cumulant cubed and with the opposite sign, so the skew is the window's own over the wider
+    spread: 2 million simulated quiet windows of rare binomial flags (next to no sparse-vector
+    noise) page at most at the stated rate with the derived threshold, nearer to it than with
+    the prediction's share counted as skew too, and a normal tail pages twice as often."""
+    from scipy.stats import norm
+
+    n, tau = 1500, 0.02
+    c = np.concatenate([np.full(12, 1 / 12), np.full(10, 1 / 10), np.full(24, -1 / 24)])
+    factor = 1.0 + float(c @ c)
+    kw = dict(rate=tau, events=n, rate_error=0.0, epsilon_threshold=1e3, epsilon_page=1e3, window_seconds=300)
+    T = false_page_threshold(false_pages_per_30_days=1.0, variance_factor=factor, **kw)
+    skewed_too = false_page_threshold(false_pages_per_30_days=1.0, kappa=factor, **kw)
+    normal_T = math.sqrt(n * tau * factor) * norm.isf(1 / 8640)
+    rng = np.random.default_rng(5)
+    flags = [rng.binomial(n, tau, (250_000, 1 + c.size)) - n * tau for _ in range(8)]
+    excess = np.concatenate([f[:, 0] - f[:, 1:] @ c for f in flags])
+    per_30_days = lambda t: float(np.mean(excess >= t)) * 8640  # noqa: E731
+    assert 0.6 <= per_30_days(T) <= 1.1, (T, per_30_days(T))
+    assert T < skewed_too and per_30_days(skewed_too) < per_30_days(T)
+    assert per_30_days(normal_T) >= 2.0, (normal_T, per_30_days(normal_T))
+
+
+def test_a_bridged_prediction_that_adds_skew_is_counted():
+    """Where a bridge left the hour before yesterday's with one window of weight -1 (the rest
+    paged), the prediction's cubes sum to about -0.95 and nearly double the statistic's third
+    cumulant: 2 million simulated windows of 10,000 rare flags page 1.5 times a month with the
+    threshold that leaves the prediction out of the skew, and at most once with the one that counts it
+    (``Comparison.skew_factor``)."""
+    n, tau = 10_000, 0.002
+    c = np.concatenate([np.full(12, 1 / 12), np.full(5, 1 / 5), [-1.0]])
+    kw = dict(rate=tau, events=n, rate_error=0.0, epsilon_threshold=1e3, epsilon_page=1e3, window_seconds=300,
+              variance_factor=1.0 + float(c @ c), false_pages_per_30_days=1.0)
+    counted = false_page_threshold(skew_factor=1.0 - float((c ** 3).sum()), **kw)
+    left_out = false_page_threshold(**kw)
+    rng = np.random.default_rng(5)
+    flags = [rng.binomial(n, tau, (250_000, 1 + c.size)) - n * tau for _ in range(8)]
+    excess = np.concatenate([f[:, 0] - f[:, 1:] @ c for f in flags])
+    per_30_days = lambda t: float(np.mean(excess >= t)) * 8640  # noqa: E731
+    assert per_30_days(counted) <= 1.1 < 1.3 <= per_30_days(left_out), (per_30_days(counted), per_30_days(left_out))
+
+
 def test_the_baseline_error_and_the_traffic_swing_raise_the_threshold():
     kw = dict(rate=0.02, events=10_000, epsilon_threshold=0.6, epsilon_page=0.5, false_pages_per_30_days=1.0, window_seconds=300)
     plain = false_page_threshold(rate_error=0.0, **kw)

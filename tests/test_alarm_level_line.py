@@ -13,6 +13,7 @@ from scipy.optimize import linprog
 
 from monitor.alarm import RESOLUTION as R
 from monitor.alarm import BaselineEstimate, RhythmReference, SurgeAlarm
+from monitor.alarm.baseline import profile_level, profile_load
 from monitor.alarm.calibrate import LEVEL_REACH, level_line
 from monitor.alarm.reference import Comparison
 
@@ -37,6 +38,33 @@ def test_level_line_is_above_every_point_and_lowest_at_the_expected_level(seed):
 def _baseline(rate=0.02, events=3000.0):
     return BaselineEstimate(rate=rate, events_per_window=events, span_start=0, span_end=86400, span_windows=288,
                             epsilon=0.1, rate_error=0.0002)
+
+
+def test_the_line_is_anchored_at_the_hours_own_shape_and_still_covers_every_level():
+    """The released profile's upper load (its neighbours' and one standard deviation of noise
+    added) overstates the hour's level; the line's anchor is the shape itself
+    (``profile_level``). Anchored there, the line is lower at the hour's real level than the one
+    anchored at the upper load, and still at least the threshold each level needs up to 4 times
+    the anchor: the guarantee does not rest on the anchor."""
+    shape = (0.6, 1.0, 1.0, 1.4) * 6
+    base = BaselineEstimate(rate=0.03, events_per_window=1500.0, span_start=0, span_end=86400, span_windows=288,
+                            epsilon=0.1, rate_error=0.0002, profile=tuple(min(8.0, s * 1.5 + 0.3) for s in shape),
+                            profile_shape=shape, profile_error=0.3, profile_days=1)
+    at = 3 * 3600.0  # the fourth part of the day: shape 1.4, upper load 2.4
+    assert profile_level(base, at) == 1.4 and profile_load(base, at) == pytest.approx(2.4)
+    assert profile_level(BaselineEstimate(**{**base.__dict__, "profile_shape": (0.1,) * 24}), at) == 0.25
+    assert profile_level(None, at) is None
+    alarm = SurgeAlarm(0.6, 0.5, None, rng=0)
+    alarm.open_run(1, base, slack_units=R // 2)
+    coefficients = 0.225
+    own = alarm.level_line(base, coefficients, 0.0, profile_level(base, at))
+    upper = alarm.level_line(base, coefficients, 0.0, profile_load(base, at))
+    level = base.rate * base.events_per_window * 1.4
+    assert own[1] + own[0] * level < upper[1] + upper[0] * level
+    factor = 1.0 + (1.0 + own[0]) ** 2 * coefficients
+    for k in np.linspace(0.0, max(LEVEL_REACH), 17):
+        need = alarm._derive(base, factor, 0.0, 1.4, k * base.rate)
+        assert own[1] + own[0] * k * level >= need * 0.99 - 1e-6, k
 
 
 @pytest.mark.parametrize("rate,events", [(0.0095, 11000.0), (0.04, 1500.0), (0.04, 400.0), (0.003, 10000.0)])
@@ -93,7 +121,7 @@ def _first_day_pages(share, seed: int, follow: bool = True, mark: bool = True, s
             units[:120] = R
         answer = None
         if j >= 12:
-            mode, coefficients, relative_error = ref.outline(j)
+            mode, coefficients, relative_error, _ = ref.outline(j)
             assert mode == "recent"
             slope = alarm.level_line(base, coefficients, relative_error)[0] if follow else 0.0
             # As the releaser compares: the level overrules the trend a whole threshold below it.

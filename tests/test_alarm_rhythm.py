@@ -124,6 +124,32 @@ def test_modes_need_history_and_a_lasting_change_is_learnt():
     assert c.statistic == -round(2 * R / 5 - R / 4)
 
 
+@pytest.mark.parametrize("paged", [(), (30, 31, 32, 150, 151, 152, 153, 154, 300, 301, 302, 575, 576)])
+def test_the_outline_counts_the_predictions_cubes_window_by_window(paged):
+    """The threshold counts a prediction's share of the statistic's third cumulant from the sum of
+    its coefficients cubed, each window's parts added up first (``Comparison.skew_factor``). Over
+    three days at the shipped settings that sum is positive (the prediction takes skew off)
+    until a bridge piles the hour before's negative weight on a few windows; then the statistic
+    says so, and its skew factor is above 1."""
+    ref = RhythmReference(300)
+    negative = 0
+    for j in range(3 * 288):
+        if j > 20:
+            mode, predictions = ref._sets(j)
+            merged: dict[int, float] = {}
+            for windows, coefficients in predictions[0] if predictions else ():
+                for w, c in zip(windows, coefficients):
+                    merged[w] = merged.get(w, 0.0) + float(c)
+            cubes = sum(c ** 3 for c in merged.values())
+            assert ref.outline(j)[3] == pytest.approx(cubes, abs=1e-12)
+            comparison = ref.compare(j, np.array([0, R]), ("a", "b"), 0, 2048, level_slope=0.3)
+            assert comparison.cubes == pytest.approx(cubes, abs=1e-12)
+            assert comparison.skew_factor == pytest.approx(1.0 + max(0.0, -1.3 ** 3 * cubes))
+            negative += cubes < 0
+        ref.learn_one(j, np.array([0, R]), ("a", "b"), paged=j in paged)
+    assert (negative > 0) == bool(paged), negative
+
+
 def test_follows_a_daily_rhythm_the_daily_rate_misses():
     """A flagged share that swings 2.5x over the day: the reference's statistic stays near 0
     at every hour; the plain f - tau n swings by far more than its own spread."""
@@ -642,7 +668,7 @@ def test_the_first_days_trend_keeps_its_newest_pages_and_learns_a_ramp_that_page
         assert a.statistic == b.statistic and a.coefficients == pytest.approx(b.coefficients)
     # Fewer than half marked and the newest of them followed by a quiet window: bridged.
     bridged = _trend_ref({15, 16, 17, 18}, ramp)
-    mode, coefficients, _ = bridged.outline(20)
+    mode, coefficients, *_ = bridged.outline(20)
     assert mode == "recent" and coefficients != pytest.approx(_trend_ref(set(), ramp).outline(20)[1])
 
 

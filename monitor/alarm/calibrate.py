@@ -24,7 +24,9 @@ smallest number of excess events with
 where X has variance n tau kappa + (sd_tau n)^2 and the right skew of a sum of weights in
 [0, 1] (third cumulant at most n tau kappa): a shifted gamma variable, since a normal one
 understates the tail of a count of rare events (3 times at 1,500 people, 1.6 times at
-12,500, at 3.8 sd). This is a function of public numbers only (the config, the released baseline, the model's
+12,500, at 3.8 sd). A prediction of the window from earlier ones (the rhythm reference)
+multiplies the variance by its ``variance_factor`` but not the third cumulant: its terms enter
+that cubed and with the opposite sign, which only lowers it (``_normal_spread``). This is a function of public numbers only (the config, the released baseline, the model's
 public calibration). It is scale-free: it grows like sqrt(n), so no absolute count is
 left to tune. Averaging the Gaussian baseline error into the tail is what makes the
 rate an expectation over days with good and bad baselines (a baseline two sd off still
@@ -330,20 +332,21 @@ def _tail(threshold: float, sd: float, b_query: float, b_threshold: float, skew:
 
 
 def _normal_spread(rate: float, events: float, rate_error: float, kappa: float,
-                   factor: float = 1.0) -> tuple[float, float]:
+                   factor: float = 1.0, skew_factor: float = 1.0) -> tuple[float, float]:
     """(standard deviation, skewness) of a_i under normal traffic: the weights' own variation
     (variance n tau kappa), ``factor`` times it with a prediction's (the rhythm reference's
     variance factor), and the baseline's error (normal: no skew). The third cumulant is the
-    window's own, n E[w^3] <= n tau kappa (w^3 <= w^2): a prediction's terms enter it with their
-    coefficients cubed and the opposite sign, a fraction of a percent that lowers it (the day's
-    and the recent windows' positive coefficients outweigh the hour before's negative ones), so
-    they add spread but no skew."""
+    window's own, n E[w^3] <= n tau kappa (w^3 <= w^2), at most: a prediction's terms enter it
+    with their coefficients cubed and the opposite sign: where the cubes sum to a positive number
+    (0.015 with two days of the rhythm, 0.04 with one, 0.12 for the first day's 10-window trend)
+    they take a little skew off, and where a bridge piled the hour before's negative weight on a
+    few windows they add ``skew_factor`` - 1 times it (``Comparison.skew_factor``)."""
     n = max(float(events), 0.0)
     own = n * min(max(rate, 0.0), 1.0) * kappa
     var = own * factor + (rate_error * n) ** 2
     if var <= 0:
         return 0.0, 0.0
-    return math.sqrt(var), own / var ** 1.5
+    return math.sqrt(var), own * skew_factor / var ** 1.5
 
 
 # Phases of the daily traffic profile the false-page rate is averaged over.
@@ -352,15 +355,15 @@ _PHASES = np.sin(2 * np.pi * (np.arange(16) + 0.5) / 16)
 
 def false_pages_per_30_days(threshold: float, *, rate: float, events: float, rate_error: float, epsilon_threshold: float,
                             epsilon_page: float, window_seconds: float, kappa: float = 1.0, swing: float = 0.0,
-                            variance_factor: float = 1.0) -> float:
+                            variance_factor: float = 1.0, skew_factor: float = 1.0) -> float:
     """Expected false pages per 30 days (quiet traffic) of a threshold of ``threshold``
     excess events, at a mean of ``events`` per window swinging by +-``swing`` over the day
     (the spread grows with the traffic: the peak windows make most false pages) and a
-    normal weight share ``rate``; ``variance_factor``: the statistic's normal variance over the
-    window's own (a prediction's share, ``_normal_spread``)."""
+    normal weight share ``rate``; ``variance_factor``, ``skew_factor``: the statistic's normal
+    variance and third cumulant over the window's own (a prediction's share, ``_normal_spread``)."""
     per_window = 0.0
     for phase in (_PHASES if swing > 0 else (0.0,)):
-        sd, skew = _normal_spread(rate, events * (1.0 + swing * phase), rate_error, kappa, variance_factor)
+        sd, skew = _normal_spread(rate, events * (1.0 + swing * phase), rate_error, kappa, variance_factor, skew_factor)
         per_window += _tail(round(float(threshold), 6), round(sd, 6), 1.0 / epsilon_page, 1.0 / epsilon_threshold,
                             round(skew, 4))
     per_window /= len(_PHASES) if swing > 0 else 1
@@ -372,14 +375,14 @@ _expected_false_pages = false_pages_per_30_days
 
 def false_page_threshold(*, rate: float, events: float, rate_error: float, epsilon_threshold: float, epsilon_page: float,
                          false_pages_per_30_days: float, window_seconds: float, kappa: float = 1.0,
-                         swing: float = 0.0, variance_factor: float = 1.0) -> float:
+                         swing: float = 0.0, variance_factor: float = 1.0, skew_factor: float = 1.0) -> float:
     """The smallest threshold (excess events per window) whose expected false pages per 30
     days stay within ``false_pages_per_30_days`` (see the module docstring). Public."""
     if not false_pages_per_30_days > 0:
         raise ValueError(f"false_pages_per_30_days must be positive, got {false_pages_per_30_days!r}")
     kw = dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=epsilon_threshold,
               epsilon_page=epsilon_page, window_seconds=window_seconds, kappa=kappa, swing=swing,
-              variance_factor=variance_factor)
+              variance_factor=variance_factor, skew_factor=skew_factor)
 
     def excess(threshold: float) -> float:
         return _expected_false_pages(threshold, **kw) - false_pages_per_30_days

@@ -124,12 +124,22 @@ class Comparison:
     coefficients: float = 0.0
     relative_error: float = 0.0
     level_slope: float = 0.0
+    cubes: float = 0.0
 
     @property
     def variance_factor(self) -> float:
         """The statistic's normal variance relative to the window's own: 1 + (1 + level_slope)^2
         times the coefficients (the prediction and the slope's share of it)."""
         return 1.0 + (1.0 + self.level_slope) ** 2 * self.coefficients
+
+    @property
+    def skew_factor(self) -> float:
+        """The statistic's third cumulant over the window's own, at most (``calibrate._normal_spread``):
+        the prediction's windows enter it with their coefficients (1 + level_slope) c cubed and the
+        opposite sign, so 1 wherever those cubes sum to a positive number (every prediction whose
+        positive coefficients outweigh its negative ones), more where a bridge piled the hour
+        before's negative weight on a few windows."""
+        return 1.0 + max(0.0, -(1.0 + self.level_slope) ** 3 * self.cubes)
 
     @property
     def follows_level(self) -> bool:
@@ -374,12 +384,13 @@ class RhythmReference:
             return "recent", [[(recent, coef)], [(recent, level)]]
         return "recent", [[self._bridged(recent, c, keep_newest=True)] for c in (coef, level)]
 
-    def outline(self, index: int) -> tuple[ReferenceMode, float, float]:
+    def outline(self, index: int) -> tuple[ReferenceMode, float, float, float]:
         """How window ``index`` will be compared (public: the calendar and which windows were
-        released): the mode, the sum of the prediction's squared coefficients and the
-        prediction's relative error (``trend_error`` in the recent mode)."""
+        released): the mode, the sum of the prediction's squared coefficients, the prediction's
+        relative error (``trend_error`` in the recent mode) and the sum of its coefficients cubed
+        (``Comparison.skew_factor``)."""
         mode, predictions = self._sets(int(index))
-        return mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0
+        return mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, _cubes(predictions)
 
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
                 low_units: int, level_slope: float = 0.0, level_margin: int = 0) -> Comparison:
@@ -410,7 +421,8 @@ class RhythmReference:
             return Comparison(int(units.sum()) - m * int(units.size), "baseline")
         first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
         statistic = min([first] + [s + int(level_margin) for s in others])
-        return Comparison(statistic, mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, slope)
+        return Comparison(statistic, mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, slope,
+                          _cubes(predictions))
 
     def _statistics(self, predictions: list[Prediction], units: np.ndarray,
                     entities: Sequence[str | None], m: int, low_units: int, slope: float) -> list[int]:
@@ -462,3 +474,15 @@ def _squares(predictions: list[Prediction]) -> float:
     """The sum of the first prediction's squared coefficients (the threshold's: the statistic is
     never above that prediction's)."""
     return sum(float(np.dot(c, c)) for _, c in predictions[0]) if predictions else 0.0
+
+
+def _cubes(predictions: list[Prediction]) -> float:
+    """The sum of the first prediction's coefficients cubed, each window's parts added up first (a
+    bridge may move a day-old window's share onto one that another part holds)."""
+    if not predictions:
+        return 0.0
+    merged: dict[int, float] = {}
+    for windows, coefficients in predictions[0]:
+        for j, c in zip(windows, coefficients):
+            merged[j] = merged.get(j, 0.0) + float(c)
+    return float(sum(c ** 3 for c in merged.values()))

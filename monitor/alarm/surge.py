@@ -247,26 +247,28 @@ class SurgeAlarm:
         if against and comparison.follows_level:
             return self._line_for(baseline, comparison, load)[2]
         factor = comparison.variance_factor if against else 1.0
+        skew = comparison.skew_factor if against else 1.0
         # Against the rhythm reference the baseline's rate enters only through n_i minus its
         # prediction, so its error is left out; the prediction's own error takes its place.
         rate_error = comparison.relative_error * baseline.rate if against else baseline.rate_error
-        key = (baseline.rate, baseline.events_per_window, rate_error, baseline.kappa, round(factor, 9), load, self.svt.width,
-               self.svt.reach)
+        key = (baseline.rate, baseline.events_per_window, rate_error, baseline.kappa, round(factor, 9), round(skew, 9), load,
+               self.svt.width, self.svt.reach)
         if key not in self._derived:
             if len(self._derived) > 256:
                 self._derived.clear()
-            self._derived[key] = self._derive(baseline, factor, rate_error, load)
+            self._derived[key] = self._derive(baseline, factor, rate_error, load, skew_factor=skew)
         return self._derived[key]
 
     def level_line(self, baseline: BaselineEstimate, coefficients: float, relative_error: float,
-                   load: float | None = None) -> tuple[float, float, float]:
+                   load: float | None = None, cubes: float = 0.0) -> tuple[float, float, float]:
         """(slope, intercept, threshold at the expected level), in events: the threshold as a line in
         the window's predicted flagged weight F, at or above the one ``false_pages_per_30_days``
         derives at every F from 0 to 4 times the expected rate x events (``calibrate.LEVEL_REACH``).
         Public: from the released baseline, the profile's ``load`` (the caller passes the hour's
         own shape, ``baseline.profile_level``: the line is lowest there, and covers any level the
         hour really has within the reach) and the reference's public ``outline``
-        (``coefficients``: the sum of the prediction's squared coefficients).
+        (``coefficients``: the sum of the prediction's squared coefficients; ``cubes``: of its
+        coefficients cubed, ``Comparison.skew_factor``).
 
         The reference takes slope x F off its statistic (``RhythmReference.compare``), so the
         alarm compares it with the intercept: a flagged level the released rate did not expect
@@ -276,7 +278,10 @@ class SurgeAlarm:
         # Coefficient sums rounded up to a twentieth: a first day's trend bridges the windows that
         # paged, and each pattern of them would cost a derivation of its own.
         coefficients = math.ceil(round(coefficients * LINE_STEPS, 6)) / LINE_STEPS
-        key = ("line", baseline.rate, baseline.events_per_window, baseline.kappa, coefficients, relative_error, load,
+        # Only a negative sum of cubes moves the threshold (``Comparison.skew_factor``): rare, and rounded to a
+        # twentieth away from 0, as the squares are.
+        cubes = -math.ceil(round(-cubes * LINE_STEPS, 6)) / LINE_STEPS if cubes < 0 else 0.0
+        key = ("line", baseline.rate, baseline.events_per_window, baseline.kappa, coefficients, cubes, relative_error, load,
                self.svt.width, self.svt.reach)
         if key not in self._derived:
             if len(self._derived) > 256:
@@ -287,7 +292,8 @@ class SurgeAlarm:
             def thresholds(slope: float, reach: "tuple[float, ...]" = LEVEL_REACH) -> list[float]:
                 # At each level, with the spread of a statistic that takes slope x F off.
                 factor = 1.0 + (1.0 + slope) ** 2 * coefficients
-                return [self._derive(baseline, factor, relative_error * k * baseline.rate, load, k * baseline.rate)
+                skew = 1.0 + max(0.0, -(1.0 + slope) ** 3 * cubes)
+                return [self._derive(baseline, factor, relative_error * k * baseline.rate, load, k * baseline.rate, skew)
                         for k in reach]
 
             # The thresholds are found at a slope a little above the one they give, so the spread
@@ -308,20 +314,20 @@ class SurgeAlarm:
         return self._derived[key]
 
     def _line_for(self, baseline: BaselineEstimate, comparison: Comparison, load: float | None) -> tuple[float, float, float]:
-        line = self.level_line(baseline, comparison.coefficients, comparison.relative_error, load)
+        line = self.level_line(baseline, comparison.coefficients, comparison.relative_error, load, comparison.cubes)
         if not math.isclose(line[0], comparison.level_slope, rel_tol=1e-9, abs_tol=1e-12):
             raise ValueError("the comparison's level_slope is not this alarm's (level_line) for its baseline and hour")
         return line
 
     def _derive(self, baseline: BaselineEstimate, variance_factor: float, rate_error: float, load: float | None,
-                rate: "float | None" = None) -> float:
+                rate: "float | None" = None, skew_factor: float = 1.0) -> float:
         kappa = self.kappa if baseline.kappa is None else baseline.kappa
         events, rate_error, swing = at_hour(baseline.events_per_window, rate_error, self.traffic_swing, load)
         return false_page_threshold(
             rate=baseline.rate if rate is None else rate, events=events, rate_error=rate_error,
             epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
             false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds,
-            kappa=kappa, swing=swing, variance_factor=variance_factor)
+            kappa=kappa, swing=swing, variance_factor=variance_factor, skew_factor=skew_factor)
 
     def answer_one(self, flagged: int, events: int, baseline: BaselineEstimate | None, can_page: bool = True) -> AlarmAnswer:
         """Answer one window, in window order, from its count of flagged events (weight 1
