@@ -75,6 +75,8 @@ __all__ = ["BaselineEstimate", "BaselineTracker", "profile_level", "profile_load
 
 # Harmonics of the day a released profile keeps: a day and night, two shifts, three meals.
 PROFILE_HARMONICS = 3
+# The range of a part's load, as a share of the day's mean (``profile_load``, ``profile_level``).
+_LOAD_RANGE = (0.25, 8.0)
 # The share of a span's flagged epsilon spent on its profile; the rest releases the total. The
 # total summed from the profile's cells carried the noise of all 48 of them: at 400 people a
 # window a day's rate came out 0 and the alarm warmed up again for a day. Against the rhythm
@@ -495,7 +497,7 @@ def _upper_loads(shape: np.ndarray, error: float) -> "tuple[float, ...]":
     (1.1, 2.1, 2.1, 2.1)
     """
     wide = np.maximum(shape, np.maximum(np.roll(shape, 1), np.roll(shape, -1)))
-    return tuple(float(x) for x in np.clip(wide + error, 0.25, 8.0))
+    return tuple(float(x) for x in np.clip(wide + error, *_LOAD_RANGE))
 
 
 def _average_days(shape: np.ndarray, error: float, previous: "BaselineEstimate | None"
@@ -529,7 +531,7 @@ def profile_level(estimate: "BaselineEstimate | None", window_start: float) -> "
     where the level stands is the statistic's own business, so the line needs the hour's best
     estimate to lie lowest there, not an upper one. None without a profile."""
     shape = None if estimate is None else _part_of_day(estimate.profile_shape, window_start)
-    return None if shape is None else float(min(max(shape, 0.25), 8.0))
+    return None if shape is None else float(np.clip(shape, *_LOAD_RANGE))
 
 
 def _part_of_day(parts: "tuple[float, ...] | None", window_start: float) -> "float | None":

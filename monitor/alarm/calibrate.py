@@ -492,7 +492,7 @@ def _terms(settings, rate: float, events: float, rate_error: float, kappa: float
     events, rate_error, swing = at_hour(events, rate_error, settings.traffic_swing, load)
     if not (getattr(settings, "follow_rhythm", False) and settings.threshold is None):
         return dict(rate=rate, events=events, rate_error=rate_error, epsilon_threshold=eps_t, epsilon_page=eps_p,
-                    kappa=kappa, swing=swing)
+                    kappa=kappa, swing=swing, variance_factor=1.0)
     from monitor.alarm.reference import rhythm_variance
 
     # The run's interval (``SurgeAlarm.open_run``): [-(top of the tau band + slack), 1], no drift.
@@ -520,7 +520,7 @@ def alarm_visibility(settings, window_seconds: float, rate: float, events_per_wi
     t = _terms(settings, rate, events_per_window, rate_error, kappa, load)
     share = visibility(thr, rate=rate, events=t["events"], epsilon_page=t["epsilon_page"],
                        epsilon_threshold=t["epsilon_threshold"], kappa=t["kappa"],
-                       variance_factor=t.get("variance_factor", 1.0))
+                       variance_factor=t["variance_factor"])
     fp = false_pages_per_30_days(thr, window_seconds=window_seconds, **t)
     return AlarmVisibility(t["events"], rate, thr, share, fp)
 

@@ -101,7 +101,7 @@ import numpy as np
 
 from monitor.alarm.units import RESOLUTION
 
-__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "rhythm_variance", "trend_coefficients"]
+__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "prediction_factors", "rhythm_variance", "trend_coefficients"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
 # A prediction: parts of (windows, their coefficients), summed.
@@ -128,18 +128,13 @@ class Comparison:
 
     @property
     def variance_factor(self) -> float:
-        """The statistic's normal variance relative to the window's own: 1 + (1 + level_slope)^2
-        times the coefficients (the prediction and the slope's share of it)."""
-        return 1.0 + (1.0 + self.level_slope) ** 2 * self.coefficients
+        """The statistic's normal variance relative to the window's own (``prediction_factors``)."""
+        return prediction_factors(self.level_slope, self.coefficients, self.cubes)[0]
 
     @property
     def skew_factor(self) -> float:
-        """The statistic's third cumulant over the window's own, at most (``calibrate._normal_spread``):
-        the prediction's windows enter it with their coefficients (1 + level_slope) c cubed and the
-        opposite sign, so 1 wherever those cubes sum to a positive number (every prediction whose
-        positive coefficients outweigh its negative ones), more where a bridge piled the hour
-        before's negative weight on a few windows."""
-        return 1.0 + max(0.0, -(1.0 + self.level_slope) ** 3 * self.cubes)
+        """The statistic's third cumulant over the window's own, at most (``prediction_factors``)."""
+        return prediction_factors(self.level_slope, self.coefficients, self.cubes)[1]
 
     @property
     def follows_level(self) -> bool:
@@ -468,6 +463,22 @@ def trend_coefficients(windows: Sequence[int], index: int) -> np.ndarray:
     x = np.asarray(windows, dtype=float)
     dx = x - x.mean()
     return 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
+
+
+def prediction_factors(level_slope: float, squares: float, cubes: float) -> tuple[float, float]:
+    """(variance factor, skew factor): a statistic that takes a prediction and ``level_slope``
+    times its weights off the window, over the window's own normal variance and third cumulant
+    (``calibrate._normal_spread``). Its windows enter with coefficients (1 + level_slope) c: the
+    variance by 1 + (1 + level_slope)^2 ``squares``; the third cumulant cubed and with the
+    opposite sign, so by 1 wherever ``cubes`` is positive (every prediction whose positive
+    coefficients outweigh its negative ones), more where a bridge piled the hour before's
+    negative weight on a few windows.
+
+    >>> [round(x, 3) for x in prediction_factors(0.0, 0.225, 0.015) + prediction_factors(0.0, 1.28, -0.95)]
+    [1.225, 1.0, 2.28, 1.95]
+    """
+    share = 1.0 + level_slope
+    return 1.0 + share ** 2 * squares, 1.0 + max(0.0, -share ** 3 * cubes)
 
 
 def _squares(predictions: list[Prediction]) -> float:

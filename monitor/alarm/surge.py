@@ -55,7 +55,7 @@ from typing import Literal
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate
 from monitor.alarm.calibrate import LEVEL_REACH, at_hour, false_page_threshold, level_line
-from monitor.alarm.reference import Comparison
+from monitor.alarm.reference import Comparison, prediction_factors
 from monitor.alarm.units import BAND_UNITS as _BAND_UNITS
 from monitor.alarm.units import RESOLUTION, TAU_BAND, band_around, rate_units, rhythm_interval
 
@@ -291,8 +291,7 @@ class SurgeAlarm:
 
             def thresholds(slope: float, reach: "tuple[float, ...]" = LEVEL_REACH) -> list[float]:
                 # At each level, with the spread of a statistic that takes slope x F off.
-                factor = 1.0 + (1.0 + slope) ** 2 * coefficients
-                skew = 1.0 + max(0.0, -(1.0 + slope) ** 3 * cubes)
+                factor, skew = prediction_factors(slope, coefficients, cubes)
                 return [self._derive(baseline, factor, relative_error * k * baseline.rate, load, k * baseline.rate, skew)
                         for k in reach]
 
