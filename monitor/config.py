@@ -195,7 +195,15 @@ class AlarmSettings(_Strict):
     rhythm_slack: float = Field(
         0.5, gt=0, le=1, description="How far below -rate one person's term may go against the rhythm reference: one person "
         "moves the statistic within an interval of width 1 + rhythm_slack. Its low end must sit below the busiest hour's "
-        "share too: 0.5 covers a share weighed three times the day's mean (docs/alarm.md)."
+        "share too: 0.5 covers a share weighed three times the day's mean (docs/alarm.md). With rhythm_slack_follows, "
+        "the most a run's slack may be."
+    )
+    rhythm_slack_follows: bool = Field(
+        True, description="With follow_rhythm: each run opens with the slack, up to rhythm_slack in steps of 0.05, whose "
+        "threshold is lowest at its first window, the clip's expected lift counted in the threshold (worked out from the "
+        "prediction's coefficients and the released level; docs/alarm.md, \"The slack follows the reference\"): the pages' "
+        "noise narrows where the reference's prediction is spread over many windows. Free: chosen from public numbers before "
+        "the run's first query. false: every run uses rhythm_slack."
     )
     profile_bins: int = Field(
         24, ge=0, le=288, description="With follow_rhythm: the daily baseline also releases its flagged total per each of this "

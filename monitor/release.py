@@ -33,6 +33,8 @@ from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTra
 from monitor.alarm.baseline import profile_level, profile_load
 from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
                                      rung_levels, rung_units)
+from monitor.alarm.slack import SLACK_STEP
+from monitor.alarm.units import rhythm_interval
 from monitor.config import MonitorConfig, ReportSettings
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
@@ -94,17 +96,18 @@ class WindowReleaser:
         self.rungs = [rung_levels(model, a, shares) for shares in self.level_shares]
         self.rung = 0  # the rung the alarm and the reference weigh at (``_use_rung``)
         self.level_lo, self.level_hi = self.rungs[0][0]  # the configured pair's
-        self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
-                                a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
-                                window_seconds=config.window.size_seconds,
-                                kappa=normal_weight_moments(model, self.levels, a.contamination)[1],
-                                traffic_swing=a.traffic_swing,
-                                trend_hold_windows=(a.trend_hold if a.follow_rhythm and a.threshold is None else None))
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
                                           trend_error=a.trend_error, weekend_days=a.weekend_days,
                                           trend_windows=a.trend_windows)
                           if a.follow_rhythm and a.threshold is None else None)
+        self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
+                                a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
+                                window_seconds=config.window.size_seconds,
+                                kappa=normal_weight_moments(model, self.levels, a.contamination)[1],
+                                traffic_swing=a.traffic_swing,
+                                trend_hold_windows=(a.trend_hold if a.follow_rhythm and a.threshold is None else None),
+                                slack_units=None if self.reference is None else self.reference.slack_units)
         # Public post-processing of the model: each grid's own threshold at the alarm's rate
         # (which grid's flags rose is what a report points at).
         self.n_grids = len(getattr(model, "grids_", ()))
@@ -209,6 +212,8 @@ class WindowReleaser:
         # Deep copies, except the noise source: a retry draws fresh noise (nothing drawn
         # before the failure was published).
         memo = {id(self._noise): self._noise}
+        # (and the alarm's thresholds already derived: a cache of a pure function of public numbers)
+        memo[id(self.alarm._derived)] = self.alarm._derived
         return copy.deepcopy({"alarm": self.alarm.__dict__, "baseline": self.baseline.__dict__,
                               "run_span": self._run_span, "run_charge_id": self._run_charge_id, "rung": self.rung,
                               "reference": self.reference, "report_history": self.report_history}, memo)
@@ -289,8 +294,7 @@ class WindowReleaser:
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
                     self._run_charge_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
                     # The run's noise covers the reference's wider interval (its slack).
-                    slack = None if self.reference is None else self.reference.slack_units
-                    self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), self.baseline.estimate, slack)
+                    self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), est, self._slack_for(index, est, window))
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
@@ -299,14 +303,15 @@ class WindowReleaser:
             load = profile_load(est, window.start)
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
                 slope, margin = 0.0, 0
-                mode, coefficients, relative_error, cubes = self.reference.outline(index)
+                mode, coefficients, relative_error, cubes, prediction = self.reference.outline(index)
                 if mode != "baseline" and a.threshold_follows_level:
                     # The line covers every level from 0 to 4 times the hour's: it lies lowest at the best estimate.
                     load = profile_level(est, window.start) or load
-                    slope = self.alarm.level_line(est, coefficients, relative_error, load, cubes)[0]
+                    slope = self.alarm.level_line(est, coefficients, relative_error, load, cubes, prediction=prediction)[0]
                 if mode == "recent":
                     # The first day's level overrules its trend only a whole threshold below it.
-                    bar = self.alarm.window_threshold(est, Comparison(0, mode, coefficients, relative_error, slope, cubes), load)
+                    bar = self.alarm.window_threshold(
+                        est, Comparison(0, mode, coefficients, relative_error, slope, cubes, prediction), load)
                     margin = math.ceil(bar * RESOLUTION)
                 comparison = self.reference.compare(index, units, window.entities, self.alarm.run_rate_units(est),
                                                     self.alarm.low_units, level_slope=slope, level_margin=margin)
@@ -371,6 +376,36 @@ class WindowReleaser:
         reason = baseline_misfit(count["value"], count["accuracy"], est.events_per_window, self.config.alarm.traffic_swing)
         if reason is not None:
             self.baseline.refit(reason)
+
+    def _slack_for(self, index: "int | None", est: BaselineEstimate, window: ClosedWindow) -> "int | None":
+        """The slack (1 / RESOLUTION) of a run that opens at window ``index`` on ``est``: None without the
+        rhythm reference; with ``alarm.rhythm_slack_follows``, the one up to ``alarm.rhythm_slack`` whose
+        threshold at this window, the clip's expected lift counted (``SurgeAlarm.level_line``), is lowest;
+        ``alarm.rhythm_slack`` before the reference has a prediction. Public inputs only: the guarantee is
+        the run's interval's, whatever it is."""
+        if self.reference is None:
+            return None
+        a = self.config.alarm
+        most = self.reference.slack_units
+        mode, squares, relative_error, cubes, prediction = self.reference.outline(index)
+        if not a.rhythm_slack_follows or mode == "baseline":
+            return most
+        load = (profile_level(est, window.start) if a.threshold_follows_level else None) or profile_load(est, window.start)
+        # Narrower slacks, from the configured one down, while the threshold falls: the noise's part
+        # falls in proportion, the lift's rises faster and faster.
+        step = round(SLACK_STEP * RESOLUTION)
+        best = (math.inf, most)
+        for slack in [most, *range((most - 1) // step * step, 0, -step)]:
+            interval = rhythm_interval(est.rate, slack)
+            if a.threshold_follows_level:
+                threshold = self.alarm.level_line(est, squares, relative_error, load, cubes, interval, prediction)[2]
+            else:
+                threshold = self.alarm.window_threshold(
+                    est, Comparison(0, mode, squares, relative_error, 0.0, cubes, prediction), load, interval)
+            if round(threshold, 6) >= best[0]:
+                break
+            best = (round(threshold, 6), slack)
+        return best[1]
 
     def _carry_or_close_run(self, window: ClosedWindow, charges: list[dict]) -> None:
         """At its calendar boundary a run that has not paged goes on to the next one; one

@@ -121,11 +121,11 @@ def _first_day_pages(share, seed: int, follow: bool = True, mark: bool = True, s
             units[:120] = R
         answer = None
         if j >= 12:
-            mode, coefficients, relative_error, _ = ref.outline(j)
+            mode, coefficients, relative_error, _, prediction = ref.outline(j)
             assert mode == "recent"
-            slope = alarm.level_line(base, coefficients, relative_error)[0] if follow else 0.0
+            slope = alarm.level_line(base, coefficients, relative_error, prediction=prediction)[0] if follow else 0.0
             # As the releaser compares: the level overrules the trend a whole threshold below it.
-            bar = alarm.window_threshold(base, Comparison(0, mode, coefficients, relative_error, slope))
+            bar = alarm.window_threshold(base, Comparison(0, mode, coefficients, relative_error, slope, prediction=prediction))
             c = ref.compare(j, units, entities, m, alarm.low_units, level_slope=slope, level_margin=math.ceil(bar * R))
             answer = alarm.answer_units(int(units.sum()), people, base, comparison=c)
             if answer.state == "fired":

@@ -79,7 +79,9 @@ def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged, leve
         for person in [f"p{p}" for p in range(12)]:
             less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, paged,
                               level_slope, **kw)
-            assert less.mode == full.mode  # the mode is the calendar's, not the data's
+            # The mode and the prediction's coefficients (what a run's slack is chosen by) are the
+            # calendar's and the public marks', not the data's.
+            assert less.mode == full.mode and less.prediction == full.prediction
             move = full.statistic - less.statistic
             assert isinstance(move, int)
             assert -(m + slack) <= move <= R, (index, person, move)

@@ -54,7 +54,8 @@ The statistic is
     a_i = sum_u clip(A_ui - B_ui, -L, 1)
 
 in integer units of 1 / RESOLUTION (``A - B`` rounded to the unit, then clipped), with L
-fixed for a run: tau's top within the run's band plus ``slack`` (``SurgeAlarm.open_run``).
+fixed for a run: tau's top within the run's band plus the run's slack (``SurgeAlarm.open_run``; at
+most ``slack``, chosen from public numbers when the run opens: ``monitor.alarm.slack``).
 With a threshold that follows the level (``compare(level_slope=beta)``, ``SurgeAlarm.level_line``)
 each unit's term is clip(A_ui - B_ui - beta P_ui, -L, 1), P_ui the same combination of the
 unit's weights w_uj: a_i - beta F_hat_i, compared with a fixed number, is a_i compared with a
@@ -117,7 +118,8 @@ class Comparison:
     was formed (public). ``coefficients``: the sum of the prediction's squared coefficients;
     ``relative_error``: how far the prediction itself may be off, as a share of the normal
     count; ``level_slope``: the share of the predicted flagged weight taken off the statistic
-    (``SurgeAlarm.level_line``: the threshold follows the level)."""
+    (``SurgeAlarm.level_line``: the threshold follows the level); ``prediction``: its coefficient on
+    each window it uses (what the clip's lift depends on, ``monitor.alarm.slack``)."""
 
     statistic: int
     mode: ReferenceMode
@@ -125,6 +127,7 @@ class Comparison:
     relative_error: float = 0.0
     level_slope: float = 0.0
     cubes: float = 0.0
+    prediction: tuple[float, ...] = ()
 
     @property
     def variance_factor(self) -> float:
@@ -172,7 +175,8 @@ class RhythmReference:
     slack:
         How far below -tau a unit's term may go (L = tau + slack, tau the top of the run's
         band). The low end must sit below the busiest hour's share too (tau is the day's):
-        0.5 covers a share weighed several times the day's mean (docs/alarm.md).
+        0.5 covers a share weighed several times the day's mean (docs/alarm.md). The most a run
+        uses: each chooses its own, where the clip's lift allows (``monitor.alarm.slack``).
     trend_error:
         How far the recent mode's trend may miss the rhythm, as a share of the normal count
         (public): the threshold counts it like a baseline's error. On the shared sets' smooth daily
@@ -379,13 +383,14 @@ class RhythmReference:
             return "recent", [[(recent, coef)], [(recent, level)]]
         return "recent", [[self._bridged(recent, c, keep_newest=True)] for c in (coef, level)]
 
-    def outline(self, index: int) -> tuple[ReferenceMode, float, float, float]:
+    def outline(self, index: int) -> tuple[ReferenceMode, float, float, float, tuple[float, ...]]:
         """How window ``index`` will be compared (public: the calendar and which windows were
         released): the mode, the sum of the prediction's squared coefficients, the prediction's
-        relative error (``trend_error`` in the recent mode) and the sum of its coefficients cubed
-        (``Comparison.skew_factor``)."""
+        relative error (``trend_error`` in the recent mode), the sum of its coefficients cubed
+        (``Comparison.skew_factor``) and its coefficient on each window (``Comparison.prediction``)."""
         mode, predictions = self._sets(int(index))
-        return mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, _cubes(predictions)
+        return (mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, _cubes(predictions),
+                tuple(_merged(predictions).values()))
 
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
                 low_units: int, level_slope: float = 0.0, level_margin: int = 0) -> Comparison:
@@ -417,7 +422,7 @@ class RhythmReference:
         first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
         statistic = min([first] + [s + int(level_margin) for s in others])
         return Comparison(statistic, mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, slope,
-                          _cubes(predictions))
+                          _cubes(predictions), tuple(_merged(predictions).values()))
 
     def _statistics(self, predictions: list[Prediction], units: np.ndarray,
                     entities: Sequence[str | None], m: int, low_units: int, slope: float) -> list[int]:
@@ -490,10 +495,13 @@ def _squares(predictions: list[Prediction]) -> float:
 def _cubes(predictions: list[Prediction]) -> float:
     """The sum of the first prediction's coefficients cubed, each window's parts added up first (a
     bridge may move a day-old window's share onto one that another part holds)."""
-    if not predictions:
-        return 0.0
+    return float(sum(c ** 3 for c in _merged(predictions).values()))
+
+
+def _merged(predictions: list[Prediction]) -> dict[int, float]:
+    """The first prediction's coefficient on each window, its parts added up."""
     merged: dict[int, float] = {}
-    for windows, coefficients in predictions[0]:
+    for windows, coefficients in (predictions[0] if predictions else []):
         for j, c in zip(windows, coefficients):
             merged[j] = merged.get(j, 0.0) + float(c)
-    return float(sum(c ** 3 for c in merged.values()))
+    return merged

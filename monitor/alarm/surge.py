@@ -50,15 +50,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 from monitor.alarm.above_threshold import AboveThreshold
 from monitor.alarm.baseline import BaselineEstimate
 from monitor.alarm.calibrate import LEVEL_REACH, at_hour, false_page_threshold, level_line
 from monitor.alarm.reference import Comparison, prediction_factors
+from monitor.alarm.slack import expected_lift
 from monitor.alarm.units import BAND_UNITS as _BAND_UNITS
 from monitor.alarm.units import RESOLUTION, TAU_BAND, band_around, rate_units, rhythm_interval
 
+# Thresholds kept: a day's profile has 24 parts, each with a line per prediction the reference uses.
+_DERIVED_KEPT = 2048
 # The threshold's line is derived per twentieth of the prediction's squared coefficients (``SurgeAlarm.level_line``).
 LINE_STEPS = 20
 
@@ -130,6 +133,10 @@ class SurgeAlarm:
         E[w^2] / E[w] of normal events' weights (public, from the model's calibration;
         1 is the safe bound, exact for plain flags): scales the normal spread. A baseline
         that released its own (``BaselineEstimate.kappa``, from the traffic) replaces it.
+    slack_units:
+        The configured slack against the rhythm reference (``alarm.rhythm_slack``, in 1 / RESOLUTION): a
+        run that opens narrower counts in its thresholds what the narrowing adds to the clip's lift
+        (``level_line``). None: no rhythm reference.
     rng:
         None in production (OpenDP); a seed for tests.
     """
@@ -137,7 +144,7 @@ class SurgeAlarm:
     def __init__(self, epsilon_threshold: float, epsilon_page: float, threshold: float | None, z: float = 3.0,
                  hold_windows: int = 3, rate_margin: float = 0.0, rng=None, false_pages_per_30_days: float = 1.0,
                  window_seconds: float = 300.0, kappa: float = 1.0, traffic_swing: float = 0.0,
-                 trend_hold_windows: "int | None" = None) -> None:
+                 trend_hold_windows: "int | None" = None, slack_units: "int | None" = None) -> None:
         if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
             raise ValueError(f"threshold must be a non-negative number or None, got {threshold!r}")
         if not (math.isfinite(false_pages_per_30_days) and false_pages_per_30_days > 0):
@@ -163,9 +170,13 @@ class SurgeAlarm:
         if trend_hold_windows is not None and (int(trend_hold_windows) != trend_hold_windows or trend_hold_windows < 0):
             raise ValueError(f"trend_hold_windows must be a non-negative integer or None, got {trend_hold_windows!r}")
         self.trend_hold_windows = self.hold_windows if trend_hold_windows is None else int(trend_hold_windows)
+        if slack_units is not None:
+            _check_slack(slack_units)
+        self.configured_slack_units = None if slack_units is None else int(slack_units)
         self.run: int | None = None
         self._hold_left = 0
         self._band: tuple[int, int] | None = None  # the open run's [m_lo, m_hi], in 1 / RESOLUTION
+        self.slack_units: int | None = None  # the open run's slack (``open_run``)
 
     @property
     def holding(self) -> bool:
@@ -200,6 +211,7 @@ class SurgeAlarm:
             self.svt.width, self.svt.drift, self.svt.reach = width, 0, reach
         else:
             self.svt.width, self.svt.drift, self.svt.reach = RESOLUTION, _BAND_UNITS, RESOLUTION
+        self.slack_units = None if slack_units is None else int(slack_units)
         self.svt.start()
         self.run = int(run_id)
         self._band = None if baseline is None else band_around(baseline.rate)
@@ -231,13 +243,15 @@ class SurgeAlarm:
         self.svt.stop()
         self.run = None
         self._band = None
+        self.slack_units = None
 
     def window_threshold(self, baseline: BaselineEstimate, comparison: Comparison | None = None,
-                         load: float | None = None) -> float:
+                         load: float | None = None, interval: "tuple[int, int] | None" = None) -> float:
         """T_i in events: public, from the config, the released baseline (``load``: its daily
         profile's factor at this window's hour, ``baseline.profile_load``; where the comparison
         follows the level, the profile's own shape there, ``baseline.profile_level``, the line's
-        anchor) and the reference's public mode (``comparison.mode`` and ``variance_factor``) only."""
+        anchor) and the reference's public mode (``comparison.mode`` and ``variance_factor``) only. ``interval``:
+        as in ``level_line``, which also says how the clip's lift is counted."""
         expected = max(0.0, baseline.rate * baseline.events_per_window)
         if self.threshold is not None:
             return self.threshold + self.z * math.sqrt(expected) + self.rate_margin * expected
@@ -245,22 +259,25 @@ class SurgeAlarm:
         # A baseline is released once a day and the reference has three modes: few thresholds to derive.
         against = comparison is not None and comparison.mode != "baseline"
         if against and comparison.follows_level:
-            return self._line_for(baseline, comparison, load)[2]
+            return self._line_for(baseline, comparison, load, interval)[2]
         factor = comparison.variance_factor if against else 1.0
         skew = comparison.skew_factor if against else 1.0
         # Against the rhythm reference the baseline's rate enters only through n_i minus its
         # prediction, so its error is left out; the prediction's own error takes its place.
         rate_error = comparison.relative_error * baseline.rate if against else baseline.rate_error
+        prediction = self._counted(baseline, comparison.prediction if against else (), interval)
         key = (baseline.rate, baseline.events_per_window, rate_error, baseline.kappa, round(factor, 9), round(skew, 9), load,
-               self.svt.width, self.svt.reach)
+               self._scales(interval), prediction)
         if key not in self._derived:
-            if len(self._derived) > 256:
+            if len(self._derived) > _DERIVED_KEPT:
                 self._derived.clear()
-            self._derived[key] = self._derive(baseline, factor, rate_error, load, skew_factor=skew)
+            self._derived[key] = (self._derive(baseline, factor, rate_error, load, skew_factor=skew, scales=self._scales(interval))
+                                  + self._lift(baseline, prediction, baseline.rate * (load or 1.0), 0.0, interval))
         return self._derived[key]
 
     def level_line(self, baseline: BaselineEstimate, coefficients: float, relative_error: float,
-                   load: float | None = None, cubes: float = 0.0) -> tuple[float, float, float]:
+                   load: float | None = None, cubes: float = 0.0, interval: "tuple[int, int] | None" = None,
+                   prediction: Sequence[float] = ()) -> tuple[float, float, float]:
         """(slope, intercept, threshold at the expected level), in events: the threshold as a line in
         the window's predicted flagged weight F, at or above the one ``false_pages_per_30_days``
         derives at every F from 0 to 4 times the expected rate x events (``calibrate.LEVEL_REACH``).
@@ -274,17 +291,25 @@ class SurgeAlarm:
         alarm compares it with the intercept: a flagged level the released rate did not expect
         (a warm-up at night, a shift that starts, new firmware) meets the threshold that level
         needs, with no release. Taking slope x F off adds (1 + slope)^2 times the coefficients to
-        the statistic's spread, so the slope is found again with it."""
+        the statistic's spread, so the slope is found again with it. ``interval``: the (width, reach) of
+        a run about to open (``rhythm_interval``); None: the open run's.
+
+        ``prediction`` (``RhythmReference.outline``: its coefficient on each window): the threshold at
+        each level also counts what the clip at the interval's low end adds to the statistic there on
+        average (``monitor.alarm.slack.expected_lift``), which grows with the level and with the slope:
+        a narrow interval pays for itself where the level is high, not in false pages."""
         # Coefficient sums rounded up to a twentieth: a first day's trend bridges the windows that
         # paged, and each pattern of them would cost a derivation of its own.
         coefficients = math.ceil(round(coefficients * LINE_STEPS, 6)) / LINE_STEPS
         # Only a negative sum of cubes moves the threshold (``Comparison.skew_factor``): rare, and rounded to a
         # twentieth away from 0, as the squares are.
         cubes = -math.ceil(round(-cubes * LINE_STEPS, 6)) / LINE_STEPS if cubes < 0 else 0.0
+        scales = self._scales(interval)
+        prediction = self._counted(baseline, prediction, interval)
         key = ("line", baseline.rate, baseline.events_per_window, baseline.kappa, coefficients, cubes, relative_error, load,
-               self.svt.width, self.svt.reach)
+               scales, prediction)
         if key not in self._derived:
-            if len(self._derived) > 256:
+            if len(self._derived) > _DERIVED_KEPT:
                 self._derived.clear()
             expected = at_hour(baseline.events_per_window, 0.0, 0.0, load)[0] * baseline.rate
             levels = [k * expected for k in LEVEL_REACH]
@@ -292,7 +317,8 @@ class SurgeAlarm:
             def thresholds(slope: float, reach: "tuple[float, ...]" = LEVEL_REACH) -> list[float]:
                 # At each level, with the spread of a statistic that takes slope x F off.
                 factor, skew = prediction_factors(slope, coefficients, cubes)
-                return [self._derive(baseline, factor, relative_error * k * baseline.rate, load, k * baseline.rate, skew)
+                return [self._derive(baseline, factor, relative_error * k * baseline.rate, load, k * baseline.rate, skew,
+                                     scales) + self._lift(baseline, prediction, k * baseline.rate * (load or 1.0), slope, interval)
                         for k in reach]
 
             # The thresholds are found at a slope a little above the one they give, so the spread
@@ -312,19 +338,60 @@ class SurgeAlarm:
             self._derived[key] = (slope, intercept, intercept + slope * expected)
         return self._derived[key]
 
-    def _line_for(self, baseline: BaselineEstimate, comparison: Comparison, load: float | None) -> tuple[float, float, float]:
-        line = self.level_line(baseline, comparison.coefficients, comparison.relative_error, load, comparison.cubes)
+    def _line_for(self, baseline: BaselineEstimate, comparison: Comparison, load: float | None,
+                  interval: "tuple[int, int] | None" = None) -> tuple[float, float, float]:
+        line = self.level_line(baseline, comparison.coefficients, comparison.relative_error, load, comparison.cubes, interval,
+                               comparison.prediction)
         if not math.isclose(line[0], comparison.level_slope, rel_tol=1e-9, abs_tol=1e-12):
             raise ValueError("the comparison's level_slope is not this alarm's (level_line) for its baseline and hour")
         return line
 
+    def _low_ends(self, baseline: BaselineEstimate, interval: "tuple[int, int] | None") -> tuple[int, int]:
+        """(the low end of ``interval``, None: of the open run's; that of the configured slack), in 1 / RESOLUTION."""
+        low = (self.svt.width if interval is None else interval[0]) - RESOLUTION
+        return low, band_around(baseline.rate)[1] + (self.configured_slack_units or 0)
+
+    def _counted(self, baseline: BaselineEstimate, prediction: Sequence[float],
+                 interval: "tuple[int, int] | None") -> tuple[float, ...]:
+        """The prediction whose lift the threshold counts (rounded: few derivations), () where it counts none:
+        no rhythm reference, or an interval as wide as the configured slack's."""
+        if self.configured_slack_units is None or not prediction:
+            return ()
+        low, configured = self._low_ends(baseline, interval)
+        return _rounded(prediction) if low < configured else ()
+
+    def _lift(self, baseline: BaselineEstimate, prediction: Sequence[float], level: float, slope: float,
+              interval: "tuple[int, int] | None") -> float:
+        """What the clip at the low end of ``interval`` (None: the open run's) adds on average to a
+        statistic against this ``prediction`` at a share ``level`` weighed, beyond what the clip at the
+        configured slack adds, in events (``monitor.alarm.slack.expected_lift``; the busiest hour's
+        people: the traffic's swing added). The configured slack's own was measured on the replays, with
+        a margin: it is what the slack of 0.5 was chosen by (docs/alarm.md)."""
+        if not self._counted(baseline, prediction, interval):
+            return 0.0
+        low, configured = self._low_ends(baseline, interval)
+        kappa = self.kappa if baseline.kappa is None else baseline.kappa
+        events = baseline.events_per_window * (1.0 + self.traffic_swing)
+        return max(0.0, expected_lift(prediction, level, kappa, events, low / RESOLUTION, slope)
+                   - expected_lift(prediction, level, kappa, events, configured / RESOLUTION, slope))
+
+    def _scales(self, interval: "tuple[int, int] | None") -> tuple[float, float]:
+        """(threshold noise scale, page noise scale) in 1 / RESOLUTION: the open run's, or those of a run
+        with the rhythm ``interval`` (width, reach)."""
+        if interval is None:
+            return self.svt.threshold_scale, self.svt.query_scale
+        width, reach = interval
+        return reach / self.svt.epsilon_threshold, width / self.svt.epsilon_positive
+
     def _derive(self, baseline: BaselineEstimate, variance_factor: float, rate_error: float, load: float | None,
-                rate: "float | None" = None, skew_factor: float = 1.0) -> float:
+                rate: "float | None" = None, skew_factor: float = 1.0,
+                scales: "tuple[float, float] | None" = None) -> float:
         kappa = self.kappa if baseline.kappa is None else baseline.kappa
         events, rate_error, swing = at_hour(baseline.events_per_window, rate_error, self.traffic_swing, load)
+        threshold_scale, query_scale = self._scales(None) if scales is None else scales
         return false_page_threshold(
             rate=baseline.rate if rate is None else rate, events=events, rate_error=rate_error,
-            epsilon_threshold=RESOLUTION / self.svt.threshold_scale, epsilon_page=RESOLUTION / self.svt.query_scale,
+            epsilon_threshold=RESOLUTION / threshold_scale, epsilon_page=RESOLUTION / query_scale,
             false_pages_per_30_days=self.false_pages_per_30_days, window_seconds=self.window_seconds,
             kappa=kappa, swing=swing, variance_factor=variance_factor, skew_factor=skew_factor)
 
@@ -368,6 +435,11 @@ class SurgeAlarm:
                            compared_with=mode)
 
 
+
+
+def _rounded(prediction: Sequence[float]) -> tuple[float, ...]:
+    # The lift depends on the coefficients as a multiset; rounded, so that few lines are derived.
+    return tuple(sorted(round(float(c), 4) for c in prediction))
 
 
 def _check_slack(slack_units: int) -> None:
