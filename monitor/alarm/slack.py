@@ -10,8 +10,9 @@ has one price, the clip at -L: a person who weighs nothing now but whose predict
 statistic. How much is a matter of the prediction's coefficients (public: the calendar and which
 windows paged) and of the share of people weighed (public: the released rate, profile and kappa),
 so the threshold can count it (``SurgeAlarm.level_line``, at every level its line covers) and a run
-can choose its slack from it before its first query (``WindowReleaser``: the slack whose
-threshold, lift included, is lowest). The guarantee is unchanged: the run's noise covers whatever
+can choose its slack from it before its first query (``WindowReleaser``: once the reference
+compares with the days before, the slack whose threshold, lift included, is lowest; the first day's
+trend keeps the configured slack). The guarantee is unchanged: the run's noise covers whatever
 interval it opened with, and the clip keeps every term inside it.
 
 The model. A person who weighs nothing now and sent an event in every window of the prediction
