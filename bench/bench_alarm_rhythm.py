@@ -27,7 +27,10 @@ windows answered against those suppressed (the budget spent); surge runs (6 a da
 each, after the 3-hour warm-up, at any window: ``--grid-surges`` puts them on ``plan_surges``'
 grid of slots, where most recur at the hour of one the day before) give first-window pages,
 private against exact. False pages are also counted from the second day of each run on: the
-alarm learns the day's shape from the day before.
+alarm learns the day's shape from the day before. ``from day 2: expected per 30 days`` reads each
+quiet window's statistic (private: a measurement only) and sums its chance of paging under the
+run's noise (``page_chances``): what the false pages average to, with far less spread than the
+few pages a run draws, against the promise of ``alarm.false_pages_per_30_days``.
 
 ``--trend-error`` measures, without replaying, how far the first day's trend (the rhythm
 reference's "recent" mode) misses each rhythm: what ``alarm.trend_error`` must cover.
@@ -41,6 +44,7 @@ compares alarm settings without editing anything.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -55,7 +59,9 @@ from bench_alarm_real import LEVELS, CachedScores, datasets, fresh_releaser, rel
 from bench_alarm_real import fit_set as fit_real_set  # noqa: E402
 from report import REPO, write_run  # noqa: E402
 
+from monitor.alarm.above_threshold import AboveThreshold  # noqa: E402
 from monitor.alarm.reference import trend_coefficients  # noqa: E402
+from monitor.alarm.units import RESOLUTION  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.rhythm import Rhythm  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
@@ -122,13 +128,46 @@ def alarm_weights(model, config: MonitorConfig, scores: np.ndarray) -> np.ndarra
     return np.stack([np.mean([graded_weights(scores, lo, hi) for lo, hi in levels], axis=0) for levels in rungs], axis=1)
 
 
+def page_chance(gap: float, query_scale: float, threshold_scale: float) -> float:
+    """P[E_q - E_t >= gap] for the run's two one-sided noises (exponential, of these scales: the folded
+    discrete Laplace's tail at the alarm's resolution, ``calibrate._svt_noise_density``): the chance
+    that a window whose statistic lies ``gap`` below its bar pages."""
+    a, b = float(query_scale), float(threshold_scale)
+    if gap >= 0:
+        return a / (a + b) * math.exp(-gap / a)
+    return 1.0 - b / (a + b) * math.exp(gap / b)
+
+
+@contextlib.contextmanager
+def page_chances(window: list):
+    """While open, every query the alarm asks adds (window index, its chance of paging, from its own
+    statistic and the run's noise) to a list: a quiet run's expected false pages, with far less
+    spread than the pages it happened to draw. A measurement: it reads the private statistic."""
+    found: list = []
+    ask = AboveThreshold.test_one
+
+    def test_one(svt, query: int, threshold: int) -> bool:
+        found.append((window[0], page_chance((int(threshold) - int(query)) / RESOLUTION, svt.query_scale / RESOLUTION,
+                                             svt.threshold_scale / RESOLUTION)))
+        return ask(svt, query, threshold)
+
+    AboveThreshold.test_one = test_one
+    try:
+        yield found
+    finally:
+        AboveThreshold.test_one = ask
+
+
 def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
            levels: np.ndarray, pool_flags: np.ndarray, pool_weight: np.ndarray) -> dict:
     """Consecutive days through one WindowReleaser (one ledger): per window the alarm's state,
-    the events, the exact flagged count per level, and the TRUE normal rate per level and of the alarm's weight."""
-    with fresh_releaser(config, model, seed) as (releaser, accountant):
+    the events, the exact flagged count per level, and the TRUE normal rate per level and of the alarm's weight;
+    per day, the expected pages (``page_chances``)."""
+    window = [0]
+    with fresh_releaser(config, model, seed) as (releaser, accountant), page_chances(window) as chances:
         states, n, F, R, W, own = [], [], [], [], [], []
         for i, X, scores, rec in released_windows(releaser, model, traffic, surges):
+            window[0] = i + 1  # the next window's queries
             states.append(rec["alarm_detail"]["state"])
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
@@ -146,8 +185,11 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
         online, heavy, fresh = (np.array(x) for x in zip(*own))
         people = {"online": online, "heavy": heavy, "fresh": fresh, "persistence": traffic.persistence,
                   "absence": traffic.absence}
+    expected = np.zeros(traffic.days)
+    for i, chance in chances:
+        expected[min(i // traffic.windows_per_day, traffic.days - 1)] += chance
     return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W)[:, rung],
-            "spent": spent, "people": people}
+            "spent": spent, "people": people, "expected": expected}
 
 
 def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days: float,
@@ -223,7 +265,8 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                          swing=float(q["w"].max() / q["w"].mean()) if q["w"].mean() > 0 else float("nan"),
                          rate_min=float(live.min()), rate_max=float(live.max()),
                          quiet_epsilon=max(q["spent"]),
-                         exact_false=((q["F"] - q["r"] * q["n"][:, None]) >= C["quiet"][None, :]).sum(axis=0).tolist())
+                         exact_false=((q["F"] - q["r"] * q["n"][:, None]) >= C["quiet"][None, :]).sum(axis=0).tolist(),
+                         expected_false_pages=float(q["expected"].sum()), expected_false_pages_day1=float(q["expected"][0]))
             if "surge" in runs:
                 s = runs["surge"]
                 starts = np.array(s["surges"], dtype=int)
@@ -255,10 +298,10 @@ def _range(values) -> str:
 
 def summarise(results: list[dict]) -> str:
     lines = ["| scale | rhythm | flagged weight's swing (max / mean) | quiet days | false pages | per 30 days | "
-             "from day 2: per 30 days | first days that paged | a deployment's first 30 days | windows answered / suppressed | epsilon in a quiet run's day (max) | exact false pages "
+             "from day 2: per 30 days | from day 2: expected per 30 days | first days that paged | a deployment's first 30 days | windows answered / suppressed | epsilon in a quiet run's day (max) | exact false pages "
              "| surges | private, window 1 | exact, best level per set | private / exact | exact, best one level | "
              "private / exact at one level | from day 2: private / exact | surge runs: windows suppressed |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {label: k for k, label in enumerate(dict.fromkeys(r["rhythm"] for r in results))}
     for people, share in sorted({(r["people"], r["share"]) for r in results}):
         for label in sorted({r["rhythm"] for r in results}, key=order.get):
@@ -279,6 +322,12 @@ def summarise(results: list[dict]) -> str:
                 deployment = f"{day1 / len(q) + 29 * (fp - day1) / later_days:.1f}"
             else:
                 later = first = deployment = "-"
+            # Each quiet window's chance of paging, from its own statistic and the run's noise (``page_chances``).
+            if later_days > 0 and all("expected_false_pages" in r for r in q):
+                expected = sum(r["expected_false_pages"] - r["expected_false_pages_day1"] for r in q)
+                later_expected = f"{30 * expected / later_days:.2f}"
+            else:
+                later_expected = "-"
             ans, sup = sum(r["answered"] for r in q), sum(r["suppressed"] for r in q)
             # The exact detector's own false pages at the level it is scored at per set: a check of its constant.
             by_set: dict[str, np.ndarray] = {}
@@ -298,7 +347,8 @@ def summarise(results: list[dict]) -> str:
             else:
                 day2 = "-"
             lines.append(
-                f"| {people:,} / {share:.0%} | {label} | {_range([r['swing'] for r in q])} | {qd:.0f} | {fp} | {per30} | {later} | {first} | {deployment} | "
+                f"| {people:,} / {share:.0%} | {label} | {_range([r['swing'] for r in q])} | {qd:.0f} | {fp} | {per30} | {later} | "
+                f"{later_expected} | {first} | {deployment} | "
                 f"{ans} / {sup} | {max((r['quiet_epsilon'] for r in q), default=float('nan')):.2f} | {exact_fp} | "
                 f"{sum(r['surges'] for r in s)} | {priv} | {exact_best} | {priv / max(exact_best, 1):.2f} | {one_level} | "
                 f"{priv / max(one_level, 1):.2f} | {day2} | "
@@ -350,7 +400,9 @@ Friday); `stationary`: gamma 0. Events per window swing +-30 % over the day (`--
 one releaser and ledger. Swing: max / mean over the run of the TRUE expected weight per normal event the alarm counts
 (its graded flag). Quiet days count false pages; each quiet run starts with a first day (no history yet), so a
 deployment's first 30 days count the first days' false pages once (their share of runs that paged on the first day,
-`first days that paged`) and 29 days at the later days' rate. `answered` windows got a yes/no (quiet, fired, held),
+`first days that paged`) and 29 days at the later days' rate. `from day 2: expected per 30 days`: the false pages
+those days average to, each quiet window's chance of paging from its own statistic and the run's noise summed (a
+measurement that reads the private statistic; far less spread than the few pages drawn). `answered` windows got a yes/no (quiet, fired, held),
 `suppressed` ones none (the budget was spent). Surges: 6 a day, 3 windows each, the set's outliers from a share of the people online,
 counted when they page in their first window. Exact: f_w - r_w n_w at one flag level with r_w each window's TRUE
 normal rate, above the smallest constant with 1 false page per 30 days (300+ simulated quiet days of the same rhythm),

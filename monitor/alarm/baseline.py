@@ -67,8 +67,8 @@ from typing import Sequence
 
 import numpy as np
 
-from monitor.alarm.calibrate import (baseline_problem, baseline_rate_error, fleet_rung, kappa_upper, span_flag_cap,
-                                     span_windows)
+from monitor.alarm.calibrate import (baseline_problem, baseline_rate_error, fleet_rung, kappa_estimate, kappa_raised,
+                                     span_flag_cap, span_windows)
 from monitor.dp import noise_source
 
 __all__ = ["BaselineEstimate", "BaselineTracker", "profile_level", "profile_load", "PROFILE_HARMONICS"]
@@ -85,6 +85,9 @@ PROFILE_SHARE = 0.75
 # Days of released profiles averaged (equal weights; older days then decay): the shape of a
 # day repeats, its noise does not.
 PROFILE_DAYS = 3
+# Each day the kappas released before weigh this much less (their precision, ``_average_kappa``):
+# the average's noise settles at 0.45 of one day's and follows a change of make-up within days.
+KAPPA_KEEP = 2.0 / 3.0
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,11 @@ class BaselineEstimate:
     ``normal_parts`` are the shares of the flagged weight per report part (summing to 1),
     released with this estimate or carried from the last one that had them; None before any.
     ``flag_cap`` is the span's per-unit clip of the flagged total (None: each event a unit).
-    ``kappa`` is an upper estimate of E[w^2] / E[w] over the span (the released ratio plus one
-    standard deviation of its noise, in [KAPPA_FLOOR, 1]); None when not released.
+    ``kappa`` is an upper estimate of E[w^2] / E[w] (``kappa_mean`` plus one standard deviation,
+    ``kappa_error``, in [KAPPA_FLOOR, 1]); None when not released. ``kappa_mean``: the released
+    ratios of this span and the days before at the same levels, weighed by their precision, the
+    older days' decaying (``_average_kappa``: kappa is the traffic's, its noise is each day's own);
+    ``kappa_weight``: that average's precision, what the next day's release is weighed against.
     ``profile``: the normal flagged weight per window in each equal part of the day (UTC, from
     midnight) relative to the day's mean, each raised by one standard deviation of its noise
     (an upper estimate: the alarm's threshold scales its spread by it); None when not released.
@@ -124,6 +130,9 @@ class BaselineEstimate:
     normal_parts: "tuple[float, ...] | None" = None
     flag_cap: "int | None" = None
     kappa: "float | None" = None
+    kappa_mean: "float | None" = None
+    kappa_error: "float | None" = None
+    kappa_weight: float = 0.0
     profile: "tuple[float, ...] | None" = None
     profile_shape: "tuple[float, ...] | None" = None
     profile_error: "float | None" = None
@@ -389,7 +398,8 @@ class BaselineTracker:
         # What the released values are averaged with or fall back on: the estimate in use, at
         # the same levels only (another rung's weights are another scale).
         previous = self.estimate if self.estimate is not None and self.estimate.levels == levels else None
-        kappa = None
+        kappa = k_mean = k_error = None
+        k_weight = 0.0
         profile = previous.profile if previous is not None else None
         p_shape, p_error, p_days = ((previous.profile_shape, previous.profile_error, previous.profile_days)
                                     if previous is not None else (None, None, 0))
@@ -403,8 +413,11 @@ class BaselineTracker:
             cells = cells.sum(keepdims=True)
         noisy = np.atleast_1d(self._noise.laplace(scale, center=cells))
         flagged = float(noisy.sum())
-        if self.release_kappa:
-            kappa = kappa_upper(float(noisy[0]), flagged, scale)
+        estimate = kappa_estimate(float(noisy[0]), flagged, scale) if self.release_kappa else None
+        if estimate is not None:
+            # After a refit the traffic is not the one the earlier kappas came from.
+            k_mean, k_error, k_weight = _average_kappa(*estimate, None if self.refit_reason else previous)
+            kappa = kappa_raised(k_mean, k_error)
         if self._releases_profile:
             # Post-processing: the day's shape up to PROFILE_HARMONICS harmonics (most of the
             # noise is in the rest), raised by one standard deviation of what noise is left.
@@ -438,7 +451,8 @@ class BaselineTracker:
         released = BaselineEstimate(
             rate=rate, events_per_window=per_window, span_start=self._span_start, span_end=float(window_end),
             span_windows=w, epsilon=epsilon, rate_error=error, normal_parts=normal_parts, flag_cap=cap, kappa=kappa,
-            profile=profile, profile_shape=p_shape, profile_error=p_error, profile_days=p_days, levels=levels,
+            kappa_mean=k_mean, kappa_error=k_error, kappa_weight=k_weight, profile=profile, profile_shape=p_shape,
+            profile_error=p_error, profile_days=p_days, levels=levels,
         )
         if not self._keeps_previous(released):
             self.estimate = released
@@ -515,6 +529,32 @@ def _average_days(shape: np.ndarray, error: float, previous: "BaselineEstimate |
     mixed = new * np.asarray(shape) + (1.0 - new) * np.asarray(prev)
     sd = math.hypot(new * error, (1.0 - new) * previous.profile_error)
     return tuple(float(x) for x in mixed), sd, days
+
+
+def _average_kappa(kappa: float, error: float, previous: "BaselineEstimate | None") -> tuple[float, float, float]:
+    """A span's released kappa (``calibrate.kappa_estimate``: ratio, standard deviation) averaged
+    with those released before at the same levels (post-processing of released values), each
+    weighed by its precision, 1 / error^2, the older ones times KAPPA_KEEP per release: a warm-up's
+    noisy ratio counts little against a day's, and the average's noise settles at 0.45 of one day's.
+    Returns (mean, its standard deviation, its precision).
+
+    The standard deviation is that of the weighted mean, sum p_i^2 e_i^2 / (sum p_i)^2 with p_i
+    the weights: carried as the precision sum S1 = sum p_i and S2 = sum p_i^2 e_i^2 = error^2 S1^2.
+
+    >>> m, e, w = _average_kappa(0.6, 0.1, None)
+    >>> prev = BaselineEstimate(0.03, 1000.0, 0.0, 1.0, 1, 0.1, kappa_mean=m, kappa_error=e, kappa_weight=w)
+    >>> [round(x, 4) for x in _average_kappa(0.7, 0.1, prev)]   # one day at 2/3 of its weight
+    [0.66, 0.0721, 166.6667]
+    """
+    new = 1.0 / max(error, 1e-12) ** 2
+    if previous is None or previous.kappa_mean is None or previous.kappa_error is None or not previous.kappa_weight > 0:
+        return float(kappa), float(error), new
+    old = KAPPA_KEEP * previous.kappa_weight
+    weight = old + new
+    mean = (old * previous.kappa_mean + new * kappa) / weight
+    # S2 = sum p_i^2 e_i^2: the earlier ones' shrink with their weight, squared.
+    spread = KAPPA_KEEP ** 2 * (previous.kappa_error * previous.kappa_weight) ** 2 + new ** 2 * error ** 2
+    return float(mean), float(math.sqrt(spread) / weight), float(weight)
 
 
 def profile_load(estimate: "BaselineEstimate | None", window_start: float) -> "float | None":

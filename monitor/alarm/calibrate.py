@@ -12,7 +12,7 @@ stays exact (docs/design.md#floating-point); the clip is applied to the integers
 the interval.
 
 Threshold. Under normal traffic a_i is the sum of n_i weights minus tau_hat n_i. Its
-spread comes from (1) the weights' own variation, at most n tau kappa with kappa =
+spread comes from (1) the weights' own variation, n (tau kappa - tau^2) with kappa =
 E[w^2] / E[w] <= 1 (w^2 <= w), (2) the baseline's estimation error sd_tau n (sampling
 and Laplace noise, :func:`baseline_rate_error`), and (3) the sparse-vector noise
 (one-sided, ``AboveThreshold``: E_q of scale 1/epsilon_page on each query, minus E_t of
@@ -21,7 +21,7 @@ smallest number of excess events with
 
     windows per 30 days x P[X + E_q - E_t >= T] <= false_pages_per_30_days,
 
-where X has variance n tau kappa + (sd_tau n)^2 and the right skew of a sum of weights in
+where X has variance n (tau kappa - tau^2) + (sd_tau n)^2 and the right skew of a sum of weights in
 [0, 1] (third cumulant at most n tau kappa): a shifted gamma variable, since a normal one
 understates the tail of a count of rare events (3 times at 1,500 people, 1.6 times at
 12,500, at 3.8 sd). A prediction of the window from earlier ones (the rhythm reference)
@@ -81,7 +81,8 @@ __all__ = [
     "visibility_for",
     "normal_weight_rate",
     "normal_weight_kappa",
-    "kappa_upper",
+    "kappa_estimate",
+    "kappa_raised",
     "MIN_BASELINE_EVENTS_PER_WINDOW",
 ]
 
@@ -334,19 +335,21 @@ def _tail(threshold: float, sd: float, b_query: float, b_threshold: float, skew:
 def _normal_spread(rate: float, events: float, rate_error: float, kappa: float,
                    factor: float = 1.0, skew_factor: float = 1.0) -> tuple[float, float]:
     """(standard deviation, skewness) of a_i under normal traffic: the weights' own variation
-    (variance n tau kappa), ``factor`` times it with a prediction's (the rhythm reference's
-    variance factor), and the baseline's error (normal: no skew). The third cumulant is the
-    window's own, n E[w^3] <= n tau kappa (w^3 <= w^2), at most: a prediction's terms enter it
+    (variance n (tau kappa - tau^2): E[w^2] - E[w]^2, a flag's binomial n tau (1 - tau) at kappa 1),
+    ``factor`` times it with a prediction's (the rhythm reference's variance factor), and the
+    baseline's error (normal: no skew). The third cumulant is the window's own, n E[w^3] <= n tau
+    kappa (w^3 <= w^2), at most: a prediction's terms enter it
     with their coefficients cubed and the opposite sign: where the cubes sum to a positive number
     (0.015 with two days of the rhythm, 0.04 with one, 0.12 for the first day's 10-window trend)
     they take a little skew off, and where a bridge piled the hour before's negative weight on a
     few windows they add ``skew_factor`` - 1 times it (``Comparison.skew_factor``)."""
     n = max(float(events), 0.0)
-    own = n * min(max(rate, 0.0), 1.0) * kappa
-    var = own * factor + (rate_error * n) ** 2
+    rate = min(max(rate, 0.0), 1.0)
+    third = n * rate * kappa
+    var = n * max(0.0, rate * kappa - rate * rate) * factor + (rate_error * n) ** 2
     if var <= 0:
         return 0.0, 0.0
-    return math.sqrt(var), own * skew_factor / var ** 1.5
+    return math.sqrt(var), third * skew_factor / var ** 1.5
 
 
 # Phases of the daily traffic profile the false-page rate is averaged over.
@@ -568,22 +571,31 @@ def normal_weight_kappa(model, t_lo: float, t_hi: float) -> float:
     return float(min(1.0, max(KAPPA_FLOOR, float((2 * u * share).mean()) / mean)))
 
 
-def kappa_upper(squared: float, flagged: float, scale: float) -> "float | None":
-    """An upper estimate of kappa = E[w^2] / E[w] from a released pair (post-processing):
-    ``squared`` (sum w^2) and ``flagged`` (sum w), each part with Laplace noise of ``scale``.
-    The ratio plus one standard deviation of its noise (first order), in [KAPPA_FLOOR, 1]:
-    an underestimate would shrink the threshold's normal spread and bring false pages.
-    None when the total is not positive (nothing to go by).
+def kappa_estimate(squared: float, flagged: float, scale: float) -> "tuple[float, float] | None":
+    """kappa = E[w^2] / E[w] from a released pair (post-processing): ``squared`` (sum w^2) and
+    ``flagged`` (sum w), each part with Laplace noise of ``scale``. Returns (the ratio, in [0, 1],
+    the standard deviation of its noise, first order), or None when the total is not positive
+    (nothing to go by).
 
-    >>> round(kappa_upper(5_000.0, 10_000.0, 64.0), 3)
-    0.506
+    >>> [round(x, 4) for x in kappa_estimate(5_000.0, 10_000.0, 64.0)]
+    [0.5, 0.0064]
     """
     if not flagged > 0:
         return None
     k = min(1.0, max(0.0, squared / flagged))
     # k = S / (S + R): dk/dS = (1 - k) / total, dk/dR = -k / total; each part's variance 2 scale^2
-    sd = math.sqrt(2.0) * scale * math.hypot(1.0 - k, k) / flagged
-    return float(min(1.0, max(KAPPA_FLOOR, k + sd)))
+    return k, math.sqrt(2.0) * scale * math.hypot(1.0 - k, k) / flagged
+
+
+def kappa_raised(kappa: float, error: float) -> float:
+    """An upper estimate of kappa: ``kappa`` plus one standard deviation ``error`` (``kappa_estimate``, or
+    an average of such, ``baseline._average_kappa``), in [KAPPA_FLOOR, 1]. What the threshold uses: an
+    underestimate would shrink its normal spread and bring false pages.
+
+    >>> round(kappa_raised(*kappa_estimate(5_000.0, 10_000.0, 64.0)), 3), kappa_raised(0.0, 0.01)
+    (0.506, 0.25)
+    """
+    return float(min(1.0, max(KAPPA_FLOOR, kappa + error)))
 
 
 def normal_weight_rate(model, t_lo: float, t_hi: float, fallback: float) -> float:
