@@ -118,3 +118,7 @@ def test_a_run_opens_narrower_once_the_reference_knows_the_day(tmp_path, vitals_
     assert alarm.low_units == alarm._band[1] + alarm.slack_units  # the clip the reference gets (RhythmReference.compare)
     assert alarm.svt.width == RESOLUTION + alarm.low_units and alarm.svt.drift == 0
     assert [d["state"] for d in details].count("fired") == 3
+    # Each answer states its run's slack (public): the first day's the configured one, the last the narrower.
+    answered = [d for d in details if d["state"] in ("quiet", "fired", "held")]
+    assert answered[0]["slack"] == configured / RESOLUTION
+    assert answered[-1]["slack"] == opened[-1][1] / RESOLUTION

@@ -79,7 +79,10 @@ class AlarmAnswer:
     one: still paging, no query), "quiet" (a negative answer), "warming_up" (no baseline
     yet: no query), "suppressed" (the budget could not pay for a run or for a page: no
     query), "off" (``alarm.enabled`` is false). ``epsilon``: what the answering run has
-    cost so far, this answer's page included (pure DP).
+    cost so far, this answer's page included (pure DP). ``slack``: the answering run's slack
+    against the rhythm reference (its interval is [-(top of the tau band + slack), 1]; the
+    ``WindowReleaser`` chooses it from public numbers before the run's first query); None without
+    the reference or an open run.
     """
 
     state: AlarmState
@@ -91,6 +94,7 @@ class AlarmAnswer:
     mechanism: str = "above_threshold"
     problem: str | None = None  # why the released baseline is not used (warming_up): announced, never silent
     compared_with: str | None = None  # the rhythm reference's mode ("baseline", "recent", "rhythm"); None without one
+    slack: float | None = None
 
     @property
     def alarm(self) -> bool:
@@ -415,12 +419,14 @@ class SurgeAlarm:
             return AlarmAnswer("warming_up", None, 0.0, None, None, problem=problem)
         threshold = self.window_threshold(baseline, comparison, load)
         mode = None if comparison is None else comparison.mode
+        slack = None if self.slack_units is None else self.slack_units / RESOLUTION
         if self.holding:
             self._hold_left -= 1
-            return AlarmAnswer("held", self.run, self.svt.epsilon_spent, threshold, baseline.rate, compared_with=mode)
+            return AlarmAnswer("held", self.run, self.svt.epsilon_spent, threshold, baseline.rate, compared_with=mode,
+                               slack=slack)
         if not self.svt.active or not can_page:
             return AlarmAnswer("suppressed", self.run, self.svt.epsilon_spent if self.svt.active else 0.0, threshold,
-                               baseline.rate, compared_with=mode)
+                               baseline.rate, compared_with=mode, slack=slack)
         bar = threshold
         if comparison is None:
             statistic = int(units) - self.run_rate_units(baseline) * int(events)
@@ -432,7 +438,7 @@ class SurgeAlarm:
         if fired:
             self._hold_left = self.trend_hold_windows if mode == "recent" else self.hold_windows
         return AlarmAnswer("fired" if fired else "quiet", self.run, self.svt.epsilon_spent, threshold, baseline.rate,
-                           compared_with=mode)
+                           compared_with=mode, slack=slack)
 
 
 
