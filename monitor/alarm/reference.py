@@ -389,8 +389,8 @@ class RhythmReference:
         relative error (``trend_error`` in the recent mode), the sum of its coefficients cubed
         (``Comparison.skew_factor``) and its coefficient on each window (``Comparison.prediction``)."""
         mode, predictions = self._sets(int(index))
-        return (mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, _cubes(predictions),
-                tuple(_merged(predictions).values()))
+        squares, cubes, prediction = _described(predictions)
+        return mode, squares, self.trend_error if mode == "recent" else 0.0, cubes, prediction
 
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
                 low_units: int, level_slope: float = 0.0, level_margin: int = 0) -> Comparison:
@@ -421,8 +421,8 @@ class RhythmReference:
             return Comparison(int(units.sum()) - m * int(units.size), "baseline")
         first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
         statistic = min([first] + [s + int(level_margin) for s in others])
-        return Comparison(statistic, mode, _squares(predictions), self.trend_error if mode == "recent" else 0.0, slope,
-                          _cubes(predictions), tuple(_merged(predictions).values()))
+        squares, cubes, prediction = _described(predictions)
+        return Comparison(statistic, mode, squares, self.trend_error if mode == "recent" else 0.0, slope, cubes, prediction)
 
     def _statistics(self, predictions: list[Prediction], units: np.ndarray,
                     entities: Sequence[str | None], m: int, low_units: int, slope: float) -> list[int]:
@@ -492,10 +492,12 @@ def _squares(predictions: list[Prediction]) -> float:
     return sum(float(np.dot(c, c)) for _, c in predictions[0]) if predictions else 0.0
 
 
-def _cubes(predictions: list[Prediction]) -> float:
-    """The sum of the first prediction's coefficients cubed, each window's parts added up first (a
-    bridge may move a day-old window's share onto one that another part holds)."""
-    return float(sum(c ** 3 for c in _merged(predictions).values()))
+def _described(predictions: list[Prediction]) -> tuple[float, float, tuple[float, ...]]:
+    """What the threshold knows of the first prediction (public): the sum of its squared coefficients
+    (``_squares``), of its coefficients cubed, each window's parts added up first (a bridge may move a
+    day-old window's share onto one that another part holds), and its coefficient on each window."""
+    merged = tuple(_merged(predictions).values())
+    return _squares(predictions), float(sum(c ** 3 for c in merged)), merged
 
 
 def _merged(predictions: list[Prediction]) -> dict[int, float]:

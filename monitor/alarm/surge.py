@@ -367,11 +367,12 @@ class SurgeAlarm:
     def _lift(self, baseline: BaselineEstimate, prediction: Sequence[float], level: float, slope: float,
               interval: "tuple[int, int] | None") -> float:
         """What the clip at the low end of ``interval`` (None: the open run's) adds on average to a
-        statistic against this ``prediction`` at a share ``level`` weighed, beyond what the clip at the
-        configured slack adds, in events (``monitor.alarm.slack.expected_lift``; the busiest hour's
-        people: the traffic's swing added). The configured slack's own was measured on the replays, with
-        a margin: it is what the slack of 0.5 was chosen by (docs/alarm.md)."""
-        if not self._counted(baseline, prediction, interval):
+        statistic against this ``prediction`` (``_counted``: () where nothing is counted) at a share
+        ``level`` weighed, beyond what the clip at the configured slack adds, in events
+        (``monitor.alarm.slack.expected_lift``; the busiest hour's people: the traffic's swing added).
+        The configured slack's own was measured on the replays, with a margin: it is what the slack of
+        0.5 was chosen by (docs/alarm.md)."""
+        if not prediction:
             return 0.0
         low, configured = self._low_ends(baseline, interval)
         kappa = self.kappa if baseline.kappa is None else baseline.kappa
