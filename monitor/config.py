@@ -200,7 +200,8 @@ class AlarmSettings(_Strict):
     )
     rhythm_slack_follows: bool = Field(
         True, description="With follow_rhythm: each run opens with the slack, up to rhythm_slack in steps of 0.05, whose "
-        "threshold is lowest at its first window, the clip's expected lift counted in the threshold (worked out from the "
+        "thresholds are lowest on average at the released profile's quietest, middle and busiest hour (at its first "
+        "window before a profile), the clip's expected lift counted in the threshold (worked out from the "
         "prediction's coefficients and the released level; docs/alarm.md, \"The slack follows the reference\"): the pages' "
         "noise narrows where the reference's prediction is spread over many windows. Free: chosen from public numbers before "
         "the run's first query. false: every run uses rhythm_slack."

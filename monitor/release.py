@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, Comparison, RhythmReference, SurgeAlarm
-from monitor.alarm.baseline import profile_level, profile_load
+from monitor.alarm.baseline import profile_level, profile_load, profile_spread
 from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
                                      rung_levels, rung_units)
 from monitor.alarm.slack import SLACK_STEP
@@ -380,7 +380,9 @@ class WindowReleaser:
     def _slack_for(self, index: "int | None", est: BaselineEstimate, window: ClosedWindow) -> "int | None":
         """The slack (1 / RESOLUTION) of a run that opens at window ``index`` on ``est``: None without the
         rhythm reference; with ``alarm.rhythm_slack_follows``, the one up to ``alarm.rhythm_slack`` whose
-        threshold at this window, the clip's expected lift counted (``SurgeAlarm.level_line``), is lowest;
+        thresholds at the quietest, middle and busiest parts of the released profile's day (``profile_spread``;
+        without a profile, at this window's), the clip's expected lift counted (``SurgeAlarm.level_line``),
+        are lowest on average;
         ``alarm.rhythm_slack`` before the reference compares with the days before. Public inputs only: the
         guarantee is the run's interval's, whatever it is."""
         if self.reference is None:
@@ -394,6 +396,12 @@ class WindowReleaser:
             # times in 30 quiet days at slacks of 0.35 to 0.45 (3 at the configured 0.5).
             return most
         load = (profile_level(est, window.start) if a.threshold_follows_level else None) or profile_load(est, window.start)
+        # The run lasts the day, and the lift grows with the level: a slack chosen at midnight's level
+        # alone was the narrowest there and doubled the threshold by day (a day/night switch at 10,000
+        # people: 198 events at 8:30 against 106 at the configured slack). So the mean threshold at the
+        # profile's quietest, middle and busiest parts decides; without a profile, this window's.
+        spread = profile_spread(est) if a.threshold_follows_level else ()
+        loads = list(spread or profile_spread(est, level=False)) or [load]
         # Narrower slacks, from the configured one down, while the threshold falls: the noise's part
         # falls in proportion, the lift's rises faster and faster.
         step = round(SLACK_STEP * RESOLUTION)
@@ -401,10 +409,12 @@ class WindowReleaser:
         for slack in [most, *range((most - 1) // step * step, 0, -step)]:
             interval = rhythm_interval(est.rate, slack)
             if a.threshold_follows_level:
-                threshold = self.alarm.level_line(est, squares, relative_error, load, cubes, interval, prediction)[2]
+                thresholds = [self.alarm.level_line(est, squares, relative_error, at, cubes, interval, prediction)[2]
+                              for at in loads]
             else:
-                threshold = self.alarm.window_threshold(
-                    est, Comparison(0, mode, squares, relative_error, 0.0, cubes, prediction), load, interval)
+                thresholds = [self.alarm.window_threshold(
+                    est, Comparison(0, mode, squares, relative_error, 0.0, cubes, prediction), at, interval) for at in loads]
+            threshold = sum(thresholds) / len(thresholds)
             if round(threshold, 6) >= best[0]:
                 break
             best = (round(threshold, 6), slack)

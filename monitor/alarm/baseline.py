@@ -71,7 +71,7 @@ from monitor.alarm.calibrate import (baseline_problem, baseline_rate_error, flee
                                      span_flag_cap, span_windows)
 from monitor.dp import noise_source
 
-__all__ = ["BaselineEstimate", "BaselineTracker", "profile_level", "profile_load", "PROFILE_HARMONICS"]
+__all__ = ["BaselineEstimate", "BaselineTracker", "profile_level", "profile_load", "profile_spread", "PROFILE_HARMONICS"]
 
 # Harmonics of the day a released profile keeps: a day and night, two shifts, three meals.
 PROFILE_HARMONICS = 3
@@ -572,6 +572,22 @@ def profile_level(estimate: "BaselineEstimate | None", window_start: float) -> "
     estimate to lie lowest there, not an upper one. None without a profile."""
     shape = None if estimate is None else _part_of_day(estimate.profile_shape, window_start)
     return None if shape is None else float(np.clip(shape, *_LOAD_RANGE))
+
+
+def profile_spread(estimate: "BaselineEstimate | None", level: bool = True) -> "tuple[float, ...]":
+    """The quietest, the middle and the busiest part of the released profile's day, as
+    ``profile_level`` (``level``) or ``profile_load`` gives them (public); () without a profile. A
+    run lasts the day, and what its slack costs grows with the level (``WindowReleaser._slack_for``);
+    on flat traffic the noise of the busiest and of the quietest part cancel out.
+
+    >>> profile_spread(BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile=(1.2, 1.0, 0.8), profile_shape=(1.4, 0.1, 1.0)))
+    (0.25, 1.0, 1.4)
+    """
+    parts = None if estimate is None else (estimate.profile_shape if level else estimate.profile)
+    if not parts:
+        return ()
+    ordered = np.sort(np.clip(np.asarray(parts, dtype=float), *_LOAD_RANGE))
+    return tuple(float(x) for x in (ordered[0], ordered[len(ordered) // 2], ordered[-1]))
 
 
 def _part_of_day(parts: "tuple[float, ...] | None", window_start: float) -> "float | None":
