@@ -126,7 +126,7 @@ def test_a_run_opens_narrower_once_the_reference_knows_the_day(tmp_path, vitals_
     assert answered[-1]["slack"] == opened[-1][1] / RESOLUTION
     # A run lasts the day and the lift grows with the level: the slack is chosen by the thresholds at the
     # profile's quietest, middle and busiest parts, so a day that is busy by day opens wider than one at the
-    # night's level all day (where the lift is least), and a flat day's choice is the same at every hour.
+    # night's level all day (where the lift is least), whether the run opens at night or at noon.
     est, index = releaser.baseline.estimate, 3 * 96
     midnight = ClosedWindow(index * 900.0, (index + 1) * 900.0, np.zeros((0, 5)), np.zeros(0, bool), ())
     noon = dataclasses.replace(midnight, start=midnight.start + 12 * 3600.0, end=midnight.end + 12 * 3600.0)
@@ -136,4 +136,4 @@ def test_a_run_opens_narrower_once_the_reference_knows_the_day(tmp_path, vitals_
 
     switch = tuple(2.5 if 7 <= h < 19 else 0.5 for h in range(24))
     assert slack(switch) > slack((0.5,) * 24)
-    assert slack((1.0,) * 24) == slack((1.0,) * 24, noon)
+    assert slack(switch, noon) == slack(switch)
