@@ -12,6 +12,7 @@ keeps everything in memory: topics and offsets are gone when it stops.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -37,10 +38,43 @@ _MEMORY_STOP_S = 0.5
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port that is free right now on ``host``, below the ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` comes from the range it also gives every
+    outgoing connection, so between this call and the listener's bind any client on the
+    machine (a Kafka consumer, a scrape) can take it as its local port. Below that range
+    only another listener can, and no port is handed out twice by one process.
+    """
+    low, high = _EPHEMERAL_FLOOR, _ephemeral_range()[0]
+    for _ in range(64):
+        port = _PORT_DRAW.randrange(low, high) if high > low else 0
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        _HANDED_OUT.add(port)
+        return port
+    raise MonitorError(f"no free TCP port on {host} between {low} and {high}")
+
+
+# Listening ports are drawn from [_EPHEMERAL_FLOOR, start of the ephemeral range): above
+# the registered services most machines run, below every kernel-chosen client port.
+_EPHEMERAL_FLOOR = 20000
+_PORT_DRAW = random.Random()  # seeded by the OS; not a privacy draw
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for client ports (Linux; IANA's 49152-65535 elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
