@@ -395,13 +395,13 @@ class WindowReleaser:
             # model's least sure: with persistent people a first day's switch at 10,000 people paged 9
             # times in 30 quiet days at slacks of 0.35 to 0.45 (3 at the configured 0.5).
             return most
-        load = (profile_level(est, window.start) if a.threshold_follows_level else None) or profile_load(est, window.start)
         # The run lasts the day, and the lift grows with the level: a slack chosen at midnight's level
         # alone was the narrowest there and doubled the threshold by day (a day/night switch at 10,000
         # people: 198 events at 8:30 against 106 at the configured slack). So the mean threshold at the
         # profile's quietest, middle and busiest parts decides; without a profile, this window's.
         spread = profile_spread(est) if a.threshold_follows_level else ()
-        loads = list(spread or profile_spread(est, level=False)) or [load]
+        loads = list(spread or profile_spread(est, level=False)) or [
+            (profile_level(est, window.start) if a.threshold_follows_level else None) or profile_load(est, window.start)]
         # Narrower slacks, from the configured one down, while the threshold falls: the noise's part
         # falls in proportion, the lift's rises faster and faster.
         step = round(SLACK_STEP * RESOLUTION)
