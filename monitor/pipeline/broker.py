@@ -21,7 +21,7 @@ from pathlib import Path
 
 from monitor.errors import MonitorError
 
-__all__ = ["EmbeddedBroker", "free_port", "port_is_free", "embedded_port", "broker_binary", "EMBEDDED_GROUP_SETTINGS",
+__all__ = ["EmbeddedBroker", "free_port", "listening_spans", "port_is_free", "embedded_port", "broker_binary", "EMBEDDED_GROUP_SETTINGS",
            "DEFAULT_EMBEDDED_PORT", "start_embedded"]
 
 # Kafka's own port: what the README's producer snippet and every Kafka example use, so
@@ -37,17 +37,24 @@ EMBEDDED_GROUP_SETTINGS = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 
 _MEMORY_STOP_S = 0.5
 
 
+# Listening ports are drawn outside the kernel's range for client ports, from _PORT_FLOOR up:
+# above the registered services most machines run.
+_PORT_FLOOR = 20000
+_PORT_DRAW = random.Random()  # seeded by the OS; not a privacy draw
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on ``host``, below the ephemeral range.
+    """A TCP port that is free right now on ``host``, outside the ephemeral range.
 
     A port the kernel hands out for ``bind(0)`` comes from the range it also gives every
     outgoing connection, so between this call and the listener's bind any client on the
-    machine (a Kafka consumer, a scrape) can take it as its local port. Below that range
+    machine (a Kafka consumer, a scrape) can take it as its local port. Outside that range
     only another listener can, and no port is handed out twice by one process.
     """
-    low, high = _EPHEMERAL_FLOOR, _ephemeral_range()[0]
+    spans = listening_spans()
     for _ in range(64):
-        port = _PORT_DRAW.randrange(low, high) if high > low else 0
+        port = _draw(spans) if spans else 0
         if port in _HANDED_OUT:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -58,23 +65,26 @@ def free_port(host: str = "127.0.0.1") -> int:
             port = s.getsockname()[1]
         _HANDED_OUT.add(port)
         return port
-    raise MonitorError(f"no free TCP port on {host} between {low} and {high}")
+    raise MonitorError(f"no free TCP port on {host} in {spans}")
 
 
-# Listening ports are drawn from [_EPHEMERAL_FLOOR, start of the ephemeral range): above
-# the registered services most machines run, below every kernel-chosen client port.
-_EPHEMERAL_FLOOR = 20000
-_PORT_DRAW = random.Random()  # seeded by the OS; not a privacy draw
-_HANDED_OUT: set[int] = set()
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    """The kernel's range for client ports (Linux; IANA's 49152-65535 elsewhere)."""
+def listening_spans() -> list[tuple[int, int]]:
+    """The [start, stop) ranges ``free_port`` draws from: from _PORT_FLOOR to 65536 without the
+    kernel's ephemeral range (Linux's; IANA's 49152-65535 elsewhere). Empty where nothing is left."""
     try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     except (OSError, ValueError):
-        return 49152, 65535
+        low, high = 49152, 65535
+    return [(a, b) for a, b in ((_PORT_FLOOR, low), (max(_PORT_FLOOR, high + 1), 65536)) if b - a >= 64]
+
+
+def _draw(spans: list[tuple[int, int]]) -> int:
+    k = _PORT_DRAW.randrange(sum(b - a for a, b in spans))
+    for a, b in spans:
+        if k < b - a:
+            return a + k
+        k -= b - a
+    raise AssertionError("unreachable")
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
