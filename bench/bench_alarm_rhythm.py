@@ -250,7 +250,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                 res = replay(config, cached, traffic, surges, seed * 101 + (kind == "quiet"), levels, pool_flags, pool_weight)
                 res["seconds"] = time.perf_counter() - t0
                 res["surges"] = [s.start for s in surges]
-                res["surge_windows"] = {i for s in surges for i in range(s.start, s.start + s.windows)}
+                res["surge_plan"] = surges
                 runs[kind] = res
             rng = np.random.default_rng(seed + 555)
             # The exact detector's constant for each run's own profile of volume and true rate.
@@ -281,7 +281,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                          surge_pages=s["states"].count("fired"),
                          # Pages in no surge's windows: false pages on the surge runs' days, which the
                          # quiet runs' count does not see (a surge's page next to a ramp changes later days).
-                         surge_run_false=sum(state == "fired" and i not in s["surge_windows"]
+                         surge_run_false=sum(state == "fired" and not any(p.covers(i) for p in s["surge_plan"])
                                              for i, state in enumerate(s["states"])))
             yield r
 
