@@ -8,6 +8,7 @@ next step, exit code 2, no traceback, a prompt stop.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -606,3 +607,29 @@ def test_a_producer_through_a_restart_of_the_embedded_broker_as_the_readme_says(
             t.join(10)
         stop(proc)
     assert sum(w > t_restart for w in acked["default"]) == 0  # as the README says: restart it too
+
+
+def test_warnings_the_rate_limit_held_back_are_logged_once_due_and_at_a_stop(caplog):
+    """A burst of misspelt events read over two polls: the second poll's count must not wait for
+    another bad event that may never come, nor be lost when the monitor stops."""
+    from monitor.pipeline.events import InvalidEvent
+    from monitor.pipeline.inputwatch import InputWatch
+
+    watch = InputWatch(["hr"], [(30.0, 220.0)], dead_letter_topic="dlq", interval=60.0)
+    bad = InvalidEvent("missing_field", "missing 'spo2'", field="spo2")
+
+    def logged() -> int:
+        return sum(int(re.search(r"(\d+) events", r.getMessage()).group(1)) for r in caplog.records)
+
+    with caplog.at_level(logging.WARNING, logger="monitor.stream"):
+        watch.dead_letters([bad] * 130, now=0.0)
+        watch.dead_letters([bad] * 50, now=1.0)  # within the interval: held back
+        assert logged() == 130
+        watch.flush(now=30.0)
+        assert logged() == 130
+        watch.flush(now=61.0)  # due, with no new bad event
+        assert logged() == 180
+        watch.dead_letters([bad] * 20, now=62.0)
+        assert logged() == 180
+        watch.flush(now=63.0, held=True)  # the stop
+        assert logged() == 200

@@ -11,7 +11,9 @@ Two things a producer gets wrong without any error on its side:
 
 Each kind of problem (reason and field, or feature) is logged at WARNING the first
 time it is seen, then at most once per ``interval`` seconds with the count since the last
-line, so a flood of bad events costs a few log lines, not one per event. Out-of-bounds
+line, so a flood of bad events costs a few log lines, not one per event. What the interval
+holds back is logged once it is due, whether or not more bad events come (``flush``, every
+batch), and all of it when the monitor stops. Out-of-bounds
 values are also counted in ``dp_monitor_values_out_of_bounds_total{feature}``.
 These are exact operational numbers about raw events (NOT private), like the dead-letter
 counts; the log line carries counts and the configured bounds only, never a value. The
@@ -72,7 +74,7 @@ class InputWatch:
         """Note the InvalidEvents of one batch (``reason``, ``field``) and warn when due."""
         for bad in rejected:
             self._pending[("dead", bad.reason, getattr(bad, "field", None), getattr(bad, "hint", None))] += 1
-        self._flush(now)
+        self.flush(now)
 
     def out_of_bounds(self, X: np.ndarray, now: float) -> dict[str, int]:
         """Count the raw values of a batch outside the public bounds; returns them per feature."""
@@ -85,13 +87,14 @@ class InputWatch:
             if self._counter is not None:
                 self._counter.labels(feature=name).inc(n)
         if found:
-            self._flush(now)
+            self.flush(now)
         return found
 
-    def _flush(self, now: float) -> None:
+    def flush(self, now: float, held: bool = False) -> None:
+        """Log each held-back count whose interval has passed (``held``: every one, at a stop)."""
         for key, n in list(self._pending.items()):
             last = self._last.get(key)
-            if last is not None and now - last < self.interval:
+            if not held and last is not None and now - last < self.interval:
                 continue
             since = "" if last is None else f" in the last {now - last:.0f} s"
             log.warning(self._message(key, n, since))

@@ -230,6 +230,7 @@ class MonitorService:
                 self._loop()
             finally:
                 self._shutdown_clients()
+                self.watch.flush(time.time(), held=True)  # counts the rate limit still held back
         finally:
             if self.ledger is not None:
                 self.ledger.close()

@@ -618,6 +618,8 @@ class Stage1:
         svc.counts.update(counts)
         if rejected:
             svc.watch.dead_letters((bad for _, bad in rejected), time.time())
+        else:  # what the last warnings held back, once due, though no bad event came since
+            svc.watch.flush(time.time())
         # Sent last: the valid events are in their windows (memory only, cannot fail)
         # before anything that talks to the broker, so a failed send loses nothing.
         self._unsent.extend(rejected)
