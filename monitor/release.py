@@ -294,7 +294,7 @@ class WindowReleaser:
                     self._run_span = (window.start, _run_end(window.end, a.run_seconds))
                     self._run_charge_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
                     # The run's noise covers the reference's wider interval (its slack).
-                    self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), est, self._slack_for(index, est, window))
+                    self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), est, self._slack_for(index, est))
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
@@ -377,11 +377,11 @@ class WindowReleaser:
         if reason is not None:
             self.baseline.refit(reason)
 
-    def _slack_for(self, index: "int | None", est: BaselineEstimate, window: ClosedWindow) -> "int | None":
+    def _slack_for(self, index: "int | None", est: BaselineEstimate) -> "int | None":
         """The slack (1 / RESOLUTION) of a run that opens at window ``index`` on ``est``: None without the
         rhythm reference; with ``alarm.rhythm_slack_follows``, the one up to ``alarm.rhythm_slack`` whose
         thresholds at the quietest, middle and busiest parts of the released profile's day (``profile_spread``;
-        without a profile, at this window's), the clip's expected lift counted (``SurgeAlarm.level_line``),
+        without a profile, at the baseline's own rate), the clip's expected lift counted (``SurgeAlarm.level_line``),
         are lowest on average;
         ``alarm.rhythm_slack`` before the reference compares with the days before. Public inputs only: the
         guarantee is the run's interval's, whatever it is."""
@@ -400,8 +400,7 @@ class WindowReleaser:
         # people: 198 events at 8:30 against 106 at the configured slack). So the mean threshold at the
         # profile's quietest, middle and busiest parts decides; without a profile, this window's.
         spread = profile_spread(est) if a.threshold_follows_level else ()
-        loads = list(spread or profile_spread(est, level=False)) or [
-            (profile_level(est, window.start) if a.threshold_follows_level else None) or profile_load(est, window.start)]
+        loads = list(spread or profile_spread(est, level=False)) or [None]
         # Narrower slacks, from the configured one down, while the threshold falls: the noise's part
         # falls in proportion, the lift's rises faster and faster.
         step = round(SLACK_STEP * RESOLUTION)

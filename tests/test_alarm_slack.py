@@ -15,7 +15,6 @@ from monitor.alarm import RESOLUTION, BaselineEstimate, SurgeAlarm
 from monitor.alarm.slack import clip_lift, expected_lift
 from monitor.alarm.units import rhythm_interval
 from monitor.data.traffic import Surge
-from monitor.pipeline.windows import ClosedWindow
 
 from test_alarm_rhythm import _release_days, _vitals_releaser
 
@@ -126,14 +125,11 @@ def test_a_run_opens_narrower_once_the_reference_knows_the_day(tmp_path, vitals_
     assert answered[-1]["slack"] == opened[-1][1] / RESOLUTION
     # A run lasts the day and the lift grows with the level: the slack is chosen by the thresholds at the
     # profile's quietest, middle and busiest parts, so a day that is busy by day opens wider than one at the
-    # night's level all day (where the lift is least), whether the run opens at night or at noon.
+    # night's level all day (where the lift is least).
     est, index = releaser.baseline.estimate, 3 * 96
-    midnight = ClosedWindow(index * 900.0, (index + 1) * 900.0, np.zeros((0, 5)), np.zeros(0, bool), ())
-    noon = dataclasses.replace(midnight, start=midnight.start + 12 * 3600.0, end=midnight.end + 12 * 3600.0)
 
-    def slack(shape, window=midnight):
-        return releaser._slack_for(index, dataclasses.replace(est, profile_shape=shape, profile=shape), window)
+    def slack(shape):
+        return releaser._slack_for(index, dataclasses.replace(est, profile_shape=shape, profile=shape))
 
     switch = tuple(2.5 if 7 <= h < 19 else 0.5 for h in range(24))
     assert slack(switch) > slack((0.5,) * 24)
-    assert slack(switch, noon) == slack(switch)

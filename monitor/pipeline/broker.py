@@ -21,7 +21,7 @@ from pathlib import Path
 
 from monitor.errors import MonitorError
 
-__all__ = ["EmbeddedBroker", "free_port", "listening_spans", "port_is_free", "embedded_port", "broker_binary", "EMBEDDED_GROUP_SETTINGS",
+__all__ = ["EmbeddedBroker", "free_port", "listening_spans", "bind_error", "port_is_free", "embedded_port", "broker_binary", "EMBEDDED_GROUP_SETTINGS",
            "DEFAULT_EMBEDDED_PORT", "start_embedded"]
 
 # Kafka's own port: what the README's producer snippet and every Kafka example use, so
@@ -87,15 +87,22 @@ def _draw(spans: list[tuple[int, int]]) -> int:
     raise AssertionError("unreachable")
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether ``host:port`` can be bound now (as the broker binds: TIME_WAIT is free)."""
+def bind_error(port: int, host: str = "127.0.0.1") -> "OSError | None":
+    """Why ``host:port`` cannot be bound now, or None where it can. As the servers themselves
+    bind: a port in TIME_WAIT after our own restart is free, one another process listens on is
+    not (Linux refuses that even with SO_REUSEADDR)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
-            return False
-        return True
+        except OSError as err:
+            return err
+        return None
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``host:port`` can be bound now (``bind_error``)."""
+    return bind_error(port, host) is None
 
 
 def embedded_port(configured: int) -> tuple[int, str | None]:

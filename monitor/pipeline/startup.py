@@ -31,6 +31,7 @@ from typing import Iterator
 
 from monitor.budget.plan import duration, iso, plan_from_config, visibility_report
 from monitor.errors import MonitorError
+from monitor.pipeline.broker import bind_error
 
 log = logging.getLogger("monitor.stream")
 
@@ -143,14 +144,9 @@ def check_port_free(host: str, port: int, what: str) -> None:
     """Raise one clear MonitorError if ``host:port`` cannot be bound (port 0 is always free)."""
     if not port:
         return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # As the servers themselves bind: a port in TIME_WAIT after our own restart is
-        # free, one another process listens on is not (Linux refuses that even so).
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as err:
-            raise MonitorError(_port_message(host, port, what, err)) from None
+    err = bind_error(port, host)
+    if err is not None:
+        raise MonitorError(_port_message(host, port, what, err))
 
 
 def _port_message(host: str, port: int, what: str, err: OSError) -> str:
