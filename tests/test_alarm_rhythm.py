@@ -65,8 +65,8 @@ def _statistic(history, index, now, m, paged=(), level_slope=0.0, **kw):
 def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged, level_slope):
     """Removing one person (all of their events, in every window) moves the statistic by an
     integer in the run's interval [-(m + slack), R]: heavy people, partial weights, absences,
-    every mode, windows that paged (bridged in the day-old sets, public marks), and a
-    threshold that follows the level (``level_slope``: taken off inside each person's clip)."""
+    every mode, windows that paged (filled from the other day or bridged in the day-old sets, public
+    marks), and a threshold that follows the level (``level_slope``: taken off inside each person's clip)."""
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
     slack = RhythmReference(300, **kw).slack_units
@@ -552,6 +552,25 @@ def test_a_day_old_page_is_bridged_by_the_straight_line_between_its_neighbours()
     got = {case: ref.compare(14, np.array([40 * 14]), ["a"], m=0, low_units=4096) for case, ref in refs.items()}
     assert {c.mode for c in got.values()} == {"rhythm"}
     assert got["marked"].statistic == got["ramp"].statistic != got["unmarked"].statistic
+
+
+def test_a_day_old_page_is_filled_from_the_other_days_same_hour_where_that_one_did_not_page():
+    """Pages and holds around a shift change mark a long span, and the line between its unmarked
+    neighbours cuts the change's corner (the top of the morning ramp then paged every day). Where
+    the other day kept has the same hour unmarked, the marked window is filled from it: the
+    prediction is the unmarked days' own; with that hour marked on both days, the line is all there is."""
+    kw = dict(recent_windows=4, seasonal_windows=3, period_seconds=3000)  # a "day" of 10 windows
+    step = lambda j: 400 if j % 10 < 5 else 4000  # noqa: E731  a shift change at the fifth window
+    cases = {"none": set(), "one day": set(range(13, 18)), "both days": set(range(13, 18)) | set(range(3, 8))}
+    got = {}
+    for case, marked in cases.items():
+        ref = RhythmReference(300, **kw)
+        for j in range(25):
+            ref.learn_one(j, np.array([step(j)]), ["a"], paged=j in marked)
+        got[case] = ref.compare(25, np.array([step(25)]), ["a"], m=0, low_units=4096)
+    assert {c.mode for c in got.values()} == {"rhythm"}
+    assert got["one day"].statistic == got["none"].statistic
+    assert got["both days"].statistic > got["none"].statistic + 400  # the line from 400 to 4000 across the corner
 
 
 def _trend_ref(paged: "set[int]", level: "Callable[[int], int]", windows: int = 10) -> RhythmReference:

@@ -34,7 +34,9 @@ shift that starts, new firmware) pages once and is learnt within the hour. A win
 or held (the caller marks it: ``learn_one(paged=...)``) is bridged in the day-old sets, and in
 the trend while such windows are fewer than half of TT_i: replaced by the straight line between
 the nearest unmarked windows on either side (``_bridged``), so a surge that paged is not a later
-day's normal, and a ramp that paged (the first day's trend at a shift change) stays a ramp. The
+day's normal, and a ramp that paged (the first day's trend at a shift change) stays a ramp. In a
+day-old set the same hour of the other day kept comes first, where it is unmarked: a line across a
+long marked span cuts a ramp's corner. The
 trend's first windows weigh negatively: a surge there, kept, paged again as it left the set. The
 trend's newest marked windows, with no unmarked one after them yet, count as they are (a surge,
 or the start of a ramp: moved onto the window before, a ramp's start left the trend flat, and
@@ -301,37 +303,45 @@ class RhythmReference:
         out = [j for j in range(before - 1, before - 1 - 4 * count, -1) if j in self._windows][:count]
         return out[::-1]
 
-    def _day_shape(self, day: int) -> "tuple[tuple[list[int], np.ndarray], tuple[list[int], np.ndarray]] | None":
+    def _day_shape(self, day: int, fills: Sequence[int] = ()) -> "tuple[tuple[list[int], np.ndarray], tuple[list[int], np.ndarray]] | None":
         """The means over the windows around ``day`` and over the hour before them, a day-old
-        hour, each as (windows, coefficients) (``_bridged``), or None when too few were kept (the
-        monitor was not running)."""
+        hour, each as (windows, coefficients) (``_bridged``, marked windows filled from ``fills``
+        first), or None when too few were kept (the monitor was not running)."""
         same = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
         before = [j for j in range(day - self.recent_windows, day) if j in self._windows]
         if 2 * len(same) < 2 * self.half_seasonal + 1 or 2 * len(before) < self.recent_windows:
             return None
-        return self._bridged(same), self._bridged(before)
+        return self._bridged(same, fills=fills), self._bridged(before, fills=fills)
 
     def _bridged(self, windows: list[int], coefficients: "np.ndarray | None" = None,
-                 keep_newest: bool = False) -> tuple[list[int], np.ndarray]:
+                 keep_newest: bool = False, fills: Sequence[int] = ()) -> tuple[list[int], np.ndarray]:
         """The combination ``coefficients`` of ``windows`` (their mean by default) as coefficients
-        on kept windows, each window that paged or held replaced by the straight line between the
+        on kept windows, each window that paged or held replaced by the same hour of another day
+        kept (``fills``: the shifts to it, in windows, tried in turn) where that one did not, else
+        by the straight line between the
         nearest windows on either side that did not (within ``recent_windows``; the one side where
         the other has none; the window itself where neither has). A surge that paged is then not a
         later day's normal, and a ramp that paged (a shift change the first day's trend could not
         follow) stays a ramp: leaving such windows out instead moved a set's centre off the ramp
-        and paged there every day. ``keep_newest`` (the first day's trend): a window with no
+        and paged there every day. The other day's hour comes first because a line cuts a ramp's
+        corner where pages and holds mark a long span around it (the top of the morning ramp then
+        paged every day, each day's pages marking the top again). ``keep_newest`` (the first day's trend): a window with no
         unpaged one after it yet is kept as it is, not moved onto the one before: those are the
         newest windows, and whether they were a surge or the start of a ramp is not known yet."""
         coefficients = (np.full(len(windows), 1.0 / len(windows)) if coefficients is None
                         else np.asarray(coefficients, dtype=float))
         coef: dict[int, float] = {}
 
-        def unpaged(steps: range) -> "int | None":
+        def unpaged(steps: "Sequence[int]") -> "int | None":
             return next((k for k in steps if k in self._windows and not self._windows[k][2]), None)
 
         for j, share in zip(windows, coefficients):
             lo = hi = None
             if self._windows[j][2]:
+                other = unpaged([j + shift for shift in fills])
+                if other is not None:
+                    coef[other] = coef.get(other, 0.0) + share
+                    continue
                 lo = unpaged(range(j - 1, j - 1 - self.recent_windows, -1))
                 hi = unpaged(range(j + 1, j + 1 + self.recent_windows))
             if (lo is None and hi is None) or (keep_newest and hi is None):
@@ -362,8 +372,11 @@ class RhythmReference:
             # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
             # Friday with another shape.
             kind = self._kind(index)
-            shapes = [p for p in (self._day_shape(index - d * self.period) for d in range(1, SEASONAL_DAYS + 1)
-                                  if self._kind(index - d * self.period) == kind) if p]
+            days = [d for d in range(1, SEASONAL_DAYS + 1) if self._kind(index - d * self.period) == kind]
+            # A marked window of one day-old set is filled from the same hour of the other days kept, nearest first.
+            shapes = [p for p in (self._day_shape(index - d * self.period,
+                                                  [(d - e) * self.period for e in sorted(days, key=lambda e: abs(e - d)) if e != d])
+                                  for d in days) if p]
             if len(recent) == self.recent_windows and shapes:
                 # The level now, plus the shape: at this hour minus the hour before, averaged over
                 # the days there are (a surge one day weighs half as much with two).
