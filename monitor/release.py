@@ -323,7 +323,7 @@ class WindowReleaser:
 
         if self.reference is not None:
             # Every window, warm-up included. A window that paged or held is marked, so the
-            # day-old sets bridge it (a surge is not the next day's normal; a ramp stays a ramp).
+            # day-old sets fill or bridge it (a surge is not the next day's normal; a ramp stays a ramp).
             self.reference.learn_one(index, units, window.entities, paged=answer.alarm, scores=scores)
 
         # Detailed report: on a page, or on its public schedule, if the budget allows it
