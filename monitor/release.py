@@ -398,7 +398,7 @@ class WindowReleaser:
         # The run lasts the day, and the lift grows with the level: a slack chosen at midnight's level
         # alone was the narrowest there and doubled the threshold by day (a day/night switch at 10,000
         # people: 198 events at 8:30 against 106 at the configured slack). So the mean threshold at the
-        # profile's quietest, middle and busiest parts decides; without a profile, this window's.
+        # profile's quietest, middle and busiest parts decides; without a profile, the baseline's own rate.
         spread = profile_spread(est) if a.threshold_follows_level else ()
         loads = list(spread or profile_spread(est, level=False)) or [None]
         # Narrower slacks, from the configured one down, while the threshold falls: the noise's part

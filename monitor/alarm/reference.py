@@ -318,16 +318,16 @@ class RhythmReference:
         """The combination ``coefficients`` of ``windows`` (their mean by default) as coefficients
         on kept windows, each window that paged or held replaced by the same hour of another day
         kept (``fills``: the shifts to it, in windows, tried in turn) where that one did not, else
-        by the straight line between the
-        nearest windows on either side that did not (within ``recent_windows``; the one side where
-        the other has none; the window itself where neither has). A surge that paged is then not a
-        later day's normal, and a ramp that paged (a shift change the first day's trend could not
-        follow) stays a ramp: leaving such windows out instead moved a set's centre off the ramp
-        and paged there every day. The other day's hour comes first because a line cuts a ramp's
-        corner where pages and holds mark a long span around it (the top of the morning ramp then
-        paged every day, each day's pages marking the top again). ``keep_newest`` (the first day's trend): a window with no
-        unpaged one after it yet is kept as it is, not moved onto the one before: those are the
-        newest windows, and whether they were a surge or the start of a ramp is not known yet."""
+        by the straight line between the nearest windows on either side that did not (within
+        ``recent_windows``; the one side where the other has none; the window itself where neither
+        has). A surge that paged is then not a later day's normal, and a ramp that paged (a shift
+        change the first day's trend could not follow) stays a ramp: leaving such windows out
+        instead moved a set's centre off the ramp and paged there every day. The other day's hour
+        comes first because a line cuts a ramp's corner where pages and holds mark a long span
+        around it (the top of the morning ramp then paged day after day, each day's pages marking
+        the top again). ``keep_newest`` (the first day's trend): a window with no unpaged one after
+        it yet is kept as it is, not moved onto the one before: those are the newest windows, and
+        whether they were a surge or the start of a ramp is not known yet."""
         coefficients = (np.full(len(windows), 1.0 / len(windows)) if coefficients is None
                         else np.asarray(coefficients, dtype=float))
         coef: dict[int, float] = {}
