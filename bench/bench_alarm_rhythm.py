@@ -249,8 +249,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                 t0 = time.perf_counter()
                 res = replay(config, cached, traffic, surges, seed * 101 + (kind == "quiet"), levels, pool_flags, pool_weight)
                 res["seconds"] = time.perf_counter() - t0
-                res["surges"] = [s.start for s in surges]
-                res["surge_plan"] = surges
+                res["surges"] = surges
                 runs[kind] = res
             rng = np.random.default_rng(seed + 555)
             # The exact detector's constant for each run's own profile of volume and true rate.
@@ -270,7 +269,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                          expected_false_pages=float(q["expected"].sum()), expected_false_pages_day1=float(q["expected"][0]))
             if "surge" in runs:
                 s = runs["surge"]
-                starts = np.array(s["surges"], dtype=int)
+                starts = np.array([p.start for p in s["surges"]], dtype=int)
                 stat = s["F"][starts] - s["r"][starts] * s["n"][starts, None]
                 later = starts >= wpd  # from the second day on: the alarm has seen a day of the rhythm
                 r.update(surges=int(starts.size), private_first=sum(s["states"][i] == "fired" for i in starts),
@@ -281,7 +280,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                          surge_pages=s["states"].count("fired"),
                          # Pages in no surge's windows: false pages on the surge runs' days, which the
                          # quiet runs' count does not see (a surge's page next to a ramp changes later days).
-                         surge_run_false=sum(state == "fired" and not any(p.covers(i) for p in s["surge_plan"])
+                         surge_run_false=sum(state == "fired" and not any(p.covers(i) for p in s["surges"])
                                              for i, state in enumerate(s["states"])))
             yield r
 
