@@ -80,6 +80,11 @@ def vitals_model():
                    feature_names=[n for n, _, _ in VITAL_FEATURES]).fit(X)
 
 
+# First: xdist's worker turns the xdist_group marks into its groups in a hook of its own, registered
+# after this conftest and so run before it, unless this one goes first. Without tryfirst no test was
+# grouped: a module's fixtures started once on each worker (Prometheus's stack twice, 40 s each) and
+# the PROCESS_HEAVY files ran side by side.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """xdist groups (``--dist loadgroup``): one group per test file, as ``loadfile`` would
     (a file's module fixtures start once), except that the PROCESS_HEAVY files form one."""
