@@ -227,6 +227,11 @@ class AlarmSettings(_Strict):
         "minutes): fewer follow a shift change sooner, at a wider spread, and weigh the last window more than the "
         "rhythm_slack can hold (a lift of the statistic)."
     )
+    curve_windows: int = Field(
+        36, ge=0, le=288, description="Windows the rhythm reference's parabola goes through before a day of history (36 x 5 "
+        "minutes; 0: none), above trend_windows: the threshold is its own (a smaller spread than the line's), and the "
+        "line through trend_windows guards it where a shift change bends the traffic faster than 3 hours' curve follows."
+    )
     threshold_follows_level: bool = Field(
         True, description="With follow_rhythm: the threshold rises and falls with each window's predicted flagged weight "
         "(a line above the one false_pages_per_30_days derives at every level up to 4 times the released rate's), so "
@@ -258,6 +263,13 @@ class AlarmSettings(_Strict):
     def _weekdays(self) -> "AlarmSettings":
         if any(not 0 <= d <= 6 for d in self.weekend_days) or len(set(self.weekend_days)) != len(self.weekend_days):
             raise ValueError(f"weekend_days ({self.weekend_days}) must be distinct weekdays, 0 (Monday) to 6 (Sunday)")
+        return self
+
+    @model_validator(mode="after")
+    def _curve_above_the_line(self) -> "AlarmSettings":
+        if self.curve_windows and self.curve_windows <= self.trend_windows:
+            raise ValueError(f"curve_windows ({self.curve_windows}) must be 0 (none) or more than trend_windows "
+                             f"({self.trend_windows}): the curve's spread is the smaller only over more windows")
         return self
 
     @model_validator(mode="after")

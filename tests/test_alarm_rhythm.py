@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
-from monitor.alarm.reference import Comparison
+from monitor.alarm.reference import Comparison, curve_coefficients, trend_coefficients
 from monitor.alarm.baseline import profile_load
 from monitor.alarm.units import band_around
 from monitor.budget import BudgetAccountant, WindowLedger
@@ -424,11 +424,11 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
 
 
 @pytest.mark.parametrize("level_slope", [0.0, 0.3])
-@pytest.mark.parametrize("mode,margin", [("rhythm", 0), ("recent", 0), ("recent", 20)])
-def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin):
+@pytest.mark.parametrize("mode,margin,curve", [("rhythm", 0, 0), ("recent", 0, 0), ("recent", 20, 0), ("recent", 20, 8)])
+def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin, curve):
     """Exact privacy loss (the folded discrete Laplace noises, summed over exactly) of every outcome of a
     run answering rhythm-mode windows (or the first day's: the lower of the trend's statistic
-    and the level's plus ``margin``), between a stream and the same stream without one
+    and the level's plus ``margin``, and the curve's with ``curve``), between a stream and the same stream without one
     adversarial person: heavy through yesterday's hour and the last hour, absent now, then
     heavy again. Within epsilon_threshold + epsilon_page for every first-page outcome, while
     the clip binds (unclipped, the person would move the statistic beyond the run's interval),
@@ -446,7 +446,7 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_sl
     for case, low in (("with", top + slack), ("without", top + slack), ("too wide", 3 * res)):
         period = 2400 if mode == "rhythm" else 300 * 1000  # a day of 8 windows, or none yet
         ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=period, resolution=res,
-                              trend_windows=4)
+                              trend_windows=4, curve_windows=curve)
         rng = np.random.default_rng(7)
         stats[case] = []
         for j in range(22):
@@ -643,13 +643,62 @@ def test_on_steady_traffic_the_level_with_its_margin_leaves_the_trend_alone():
     assert lowered > 30
 
 
+def test_curve_coefficients_reproduce_every_parabola_over_any_windows():
+    """The first day's curve is exact on a parabola whatever windows were kept (gaps where the
+    monitor did not run), its coefficients sum to 1, and over 36 consecutive windows its spread
+    (0.28) and its weight on the last window (0.25) are below the line's through 10 (0.47, 0.4)."""
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        windows = sorted(rng.choice(np.arange(1000, 1144), size=int(rng.integers(3, 40)), replace=False).tolist())
+        index = windows[-1] + int(rng.integers(1, 5))
+        a, b, c = rng.normal(size=3) * (1e-3, 1.0, 100.0)
+        y = a * np.array(windows) ** 2 + b * np.array(windows) + c
+        coef = curve_coefficients(windows, index)
+        assert coef.sum() == pytest.approx(1.0)
+        assert coef @ y == pytest.approx(a * index ** 2 + b * index + c, rel=1e-6, abs=1e-6)
+    curve, line = curve_coefficients(range(36), 36), trend_coefficients(range(10), 10)
+    assert (round(curve @ curve, 2), round(curve[-1], 2)) == (0.28, 0.25)
+    assert (round(line @ line, 2), round(line[-1], 2)) == (0.47, 0.4)
+
+
+def test_the_first_days_curve_gives_the_threshold_and_the_line_guards_it_at_a_kink():
+    """With 36 windows of history the first day's prediction is the curve's: the outline (what the
+    threshold is derived from) is its spread. Where the traffic turns within the last hour (a
+    shift change), the curve through 3 hours lags more than the line through 10 windows, and the
+    statistic is the line's (plus a tenth of the threshold): the curve alone would read the turn as
+    a surge."""
+    def ref_for(level, curve_windows):
+        ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, curve_windows=curve_windows)
+        for j in range(40):
+            ref.learn_one(j, np.array([level(j)]), ["a"])
+        return ref
+
+    flat = ref_for(lambda j: 400, 36)
+    mode, squares, *_ = flat.outline(40)
+    assert mode == "recent" and squares == pytest.approx(0.28, abs=0.005)
+    assert ref_for(lambda j: 400, 0).outline(40)[1] == pytest.approx(0.467, abs=0.001)
+    turn = lambda j: 400 + 40 * max(0, j - 32)  # noqa: E731  a ramp that starts 8 windows ago
+    ref = ref_for(turn, 36)
+    now = np.array([turn(40)])
+    curve, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
+    assert curve >= 2 * 40 > 40 > line  # the curve lags the turn by two ramp steps and more, the line by less than one
+    # The line counts where it is lower by a tenth of the level's margin (the window's threshold).
+    assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == line + 20
+    # Fewer windows than half the curve's: the line alone, as before.
+    short = RhythmReference(300, trend_windows=10, curve_windows=36)
+    for j in range(12):
+        short.learn_one(j, np.array([400]), ["a"])
+    assert short.outline(12)[1] == pytest.approx(trend_coefficients(range(2, 12), 12) @ trend_coefficients(range(2, 12), 12))
+
+
+@pytest.mark.parametrize("curve_windows", [0, 10])
 @pytest.mark.parametrize("seed", range(4))
-def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed):
-    """The recent mode's minimum of the trend's statistic and the level's plus a margin: removing
-    one person moves it within [-(m + slack), R] whether or not the lower one changes sides (both
-    cases occur)."""
+def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, curve_windows):
+    """The recent mode's minimum of the trend's statistic and the level's plus a margin (and, with
+    a curve, of the curve's, which the line guards): removing one person moves it within
+    [-(m + slack), R] whether or not the lower one changes sides (both cases occur)."""
     rng = np.random.default_rng(100 + seed)
-    kw = dict(recent_windows=6, seasonal_windows=3, slack=0.25, trend_windows=6)
+    kw = dict(recent_windows=6, seasonal_windows=3, slack=0.25, trend_windows=6, curve_windows=curve_windows)
     m, sides = 164, set()
     for _ in range(30):
         history = _history(rng, 8, 6, p_flag=0.3, heavy=(int(rng.integers(8)),))
@@ -670,7 +719,8 @@ def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed):
             assert -(m + ref.slack_units) <= full.statistic - less.statistic <= R
             before = ref._statistics(ref._sets(6)[1], now[1], now[0], m, m + ref.slack_units, 0.0)
             after = less_ref._statistics(less_ref._sets(6)[1], less_now[1], less_now[0], m, m + ref.slack_units, 0.0)
-            sides.add((int(before[1] + margin < before[0]), int(after[1] + margin < after[0])))
+            assert len(before) == (3 if curve_windows else 2)
+            sides.add((int(before[-1] + margin < min(before[:-1])), int(after[-1] + margin < min(after[:-1]))))
     assert len(sides) >= 3  # the lower one changed sides for some person
 
 

@@ -29,6 +29,12 @@ def test_negative_epsilon_is_refused():
         parse_config({**BASE, "report": {"epsilon_count": -1}})
 
 
+def test_the_first_days_curve_must_go_through_more_windows_than_its_line():
+    with pytest.raises(ConfigError, match=r"alarm: curve_windows \(36\) must be 0 \(none\) or more than trend_windows \(40\)"):
+        parse_config({**BASE, "alarm": {"trend_windows": 40}})
+    assert parse_config({**BASE, "alarm": {"trend_windows": 40, "curve_windows": 0}}).alarm.curve_windows == 0
+
+
 def test_keys_of_earlier_versions_say_what_replaced_them():
     with pytest.raises(ConfigError, match=r"release: renamed `report`"):
         parse_config({**BASE, "release": {"top_h": 1}})

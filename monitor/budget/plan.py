@@ -220,8 +220,10 @@ def rhythm_note(settings) -> str:
     days = ", ".join(str(d) for d in sorted(settings.weekend_days))
     level = ("; its threshold rises with each window's predicted flagged weight (alarm.threshold_follows_level)"
              if settings.threshold_follows_level else "")
-    first = ("; before a day of history it follows the last hour's trend (or its level, where that is lower by a whole "
-             f"threshold: an hour that stopped falling), and a page then holds for {settings.trend_hold} "
+    curve = (f"the last {settings.curve_windows} windows' curve (alarm.curve_windows), or the last hour's trend where "
+             "that is lower (a shift change the curve lags), or" if settings.curve_windows else "the last hour's trend, or")
+    first = (f"; before a day of history it follows {curve} its level, where that is lower by a whole "
+             f"threshold (an hour that stopped falling), and a page then holds for {settings.trend_hold} "
              "windows, until the trend has gone through the change (alarm.trend_hold_windows)")
     return RHYTHM_NOTE + level + first + (f"; weekend days (UTC weekdays {days}; 0 = Monday) only with days of their own kind, "
                           "and a day with none of its kind in the last two (a Saturday, a Monday) following the last hour's trend "
