@@ -32,9 +32,11 @@ never above it. The level counts only where it is lower by more than the window'
 traffic and paged 74 first-day surges of 288 instead of 82. With ``curve_windows`` (and at least half
 of them kept) the least-squares parabola through that many windows comes first: its threshold is its
 own, lower (the squares of its coefficients sum to 0.28 through 36 windows, the line's to 0.47
-through 10), and the line's statistic guards it as it is: through 3 hours the curve lags a shift
-change within the hour more than the line does, and alone it paged there (docs/alarm.md, "The
-first day"); the line counts where it is lower by a tenth of the level's margin. Today's windows count, paged or not: a lasting change (a
+through 10), and the line's statistic guards it: through 3 hours the curve lags a shift change
+within the hour more than the line does, and alone it paged there (docs/alarm.md, "A curve through
+three hours"); the line counts where it is lower by a tenth of the level's margin.
+
+Today's windows count, paged or not: a lasting change (a
 shift that starts, new firmware) pages once and is learnt within the hour. A window that paged
 or held (the caller marks it: ``learn_one(paged=...)``) is bridged in the day-old sets, and in
 the trend while such windows are fewer than half of TT_i: replaced by the straight line between
@@ -115,7 +117,8 @@ from monitor.alarm.units import RESOLUTION
 # of 73; at a tenth 108 and 61, with the same 23 pages outside the switch's surges.
 GUARD_DIVISOR = 10
 
-__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "prediction_factors", "rhythm_variance", "trend_coefficients"]
+__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "curve_coefficients", "prediction_factors", "rhythm_variance",
+           "trend_coefficients"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
 # A prediction: parts of (windows, their coefficients), summed.
