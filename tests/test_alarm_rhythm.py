@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
-from monitor.alarm.reference import Comparison, curve_coefficients, trend_coefficients
+from monitor.alarm.reference import GUARD_DIVISOR, Comparison, curve_coefficients, trend_coefficients
 from monitor.alarm.baseline import profile_load
 from monitor.alarm.units import band_around
 from monitor.budget import BudgetAccountant, WindowLedger
@@ -691,6 +691,13 @@ def test_the_first_days_curve_gives_the_threshold_and_the_line_guards_it_at_a_ki
     assert short.outline(12)[1] == pytest.approx(trend_coefficients(range(2, 12), 12) @ trend_coefficients(range(2, 12), 12))
 
 
+def _level_is_lower(statistics: list[int], margin: int) -> bool:
+    """Whether the level's statistic (last) plus ``margin`` is the lowest, as ``compare`` weighs them
+    (a line under a curve with a tenth of the margin)."""
+    others = [statistics[0]] + [s + margin // GUARD_DIVISOR for s in statistics[1:-1]]
+    return statistics[-1] + margin < min(others)
+
+
 @pytest.mark.parametrize("curve_windows", [0, 10])
 @pytest.mark.parametrize("seed", range(4))
 def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, curve_windows):
@@ -720,7 +727,7 @@ def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, 
             before = ref._statistics(ref._sets(6)[1], now[1], now[0], m, m + ref.slack_units, 0.0)
             after = less_ref._statistics(less_ref._sets(6)[1], less_now[1], less_now[0], m, m + ref.slack_units, 0.0)
             assert len(before) == (3 if curve_windows else 2)
-            sides.add((int(before[-1] + margin < min(before[:-1])), int(after[-1] + margin < min(after[:-1]))))
+            sides.add((_level_is_lower(before, margin), _level_is_lower(after, margin)))
     assert len(sides) >= 3  # the lower one changed sides for some person
 
 
