@@ -458,6 +458,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one set, one seed, wave 0.5 (and both scales)")
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1): more seeds for rows run before")
     ap.add_argument("--sets", nargs="*", help="data sets (default: every set with at least 3,000 rows)")
     ap.add_argument("--scales", nargs="*", help="people:share, e.g. 1500:0.05 10000:0.01 (default both)")
     ap.add_argument("--rhythms", nargs="*", help=f"rhythms, e.g. 'wave 0.5' or wave:0.5 (default: {', '.join(RHYTHMS)})")
@@ -505,7 +506,7 @@ def main() -> None:
     for path in args.from_json or []:
         results += json.loads(path.read_text())
     for name in ([] if args.from_json else sets):
-        for seed in range(1, seeds + 1):
+        for seed in range(args.first_seed, args.first_seed + seeds):
             fitted = fit_set(base, name, seed)
             for r in run_config(base, name, seed, scales, rhythms, args.days, args.quiet_days, fitted, args.swing,
                                    anytime=not args.grid_surges, persistence=args.persistence, absence=args.absence):
