@@ -114,7 +114,8 @@ from monitor.alarm.units import RESOLUTION
 # The line guards the first day's curve where it is lower by more than a tenth of the margin the
 # level needs (the window's threshold): at 0, on the six shared sets over three seeds, 10,000 people,
 # the 0.25 wave paged 101 of the exact detector's 132 surges in their first window and the switch 58
-# of 73; at a tenth 108 and 61, with the same 23 pages outside the switch's surges.
+# of 73; at a tenth 108 and 61, with the same 23 pages outside the switch's surges; at a fifth the same
+# there, and 2 more of 213 on stationary traffic at 1,500 people (157).
 GUARD_DIVISOR = 10
 
 __all__ = ["RhythmReference", "Comparison", "ReferenceMode", "curve_coefficients", "prediction_factors", "rhythm_variance",
