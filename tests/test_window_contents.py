@@ -205,7 +205,10 @@ def _run(bootstrap: str, tmp_path: Path, model_path: Path, *, slow: bool, backen
         deadline = time.time() + 60
         while time.time() < deadline and not any(r["window_start"] >= w_start + SIZE for r in releases):
             time.sleep(0.1)
-        assert any(r["window_start"] >= w_start + SIZE for r in releases), "window W+1 not released"
+        # The message says which run missed it and what stage 2 had released (an intermittent miss, 1 run in 6 or so).
+        assert any(r["window_start"] >= w_start + SIZE for r in releases), (
+            f"window W+1 not released ({tag}; released windows, counted from W: "
+            f"{sorted(round((r['window_start'] - w_start) / SIZE) for r in releases)}; errors {errors!r})")
     finally:
         service.stop()
         thread.join(30)
