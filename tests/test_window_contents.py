@@ -125,7 +125,9 @@ def _run(bootstrap: str, tmp_path: Path, model_path: Path, *, slow: bool, backen
     close = WindowPublisher.close
 
     def seeded_close(self, window):
-        self.releaser_noise.generator = np.random.default_rng([SEED, round(window.start / SIZE) - w_index[0] + 100])
+        # A window that closes before W is chosen (w_index still inf) is not compared: any fixed seed will do.
+        offset = round(window.start / SIZE) - w_index[0] if math.isfinite(w_index[0]) else 0
+        self.releaser_noise.generator = np.random.default_rng([SEED, offset + 100])
         return close(self, window)
 
     monkeypatch.setattr(WindowPublisher, "close", seeded_close)
