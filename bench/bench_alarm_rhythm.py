@@ -30,7 +30,9 @@ private against exact. False pages are also counted from the second day of each 
 alarm learns the day's shape from the day before. ``from day 2: expected per 30 days`` reads each
 quiet window's statistic (private: a measurement only) and sums its chance of paging under the
 run's noise (``page_chances``): what the false pages average to, with far less spread than the
-few pages a run draws, against the promise of ``alarm.false_pages_per_30_days``.
+few pages a run draws, against the promise of ``alarm.false_pages_per_30_days``. The surge runs'
+results carry the same for the surges (``private_first_expected``, ``..._day1``): each surge's
+chance of paging in its first window, summed, to compare two settings on a few seeds.
 
 ``--trend-error`` measures, without replaying, how far the first day's trend (the rhythm
 reference's "recent" mode) misses each rhythm: what ``alarm.trend_error`` must cover.
@@ -185,11 +187,12 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
         online, heavy, fresh = (np.array(x) for x in zip(*own))
         people = {"online": online, "heavy": heavy, "fresh": fresh, "persistence": traffic.persistence,
                   "absence": traffic.absence}
-    expected = np.zeros(traffic.days)
+    expected, chance_at = np.zeros(traffic.days), np.zeros(len(states))
     for i, chance in chances:
         expected[min(i // traffic.windows_per_day, traffic.days - 1)] += chance
+        chance_at[i] += chance
     return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W)[:, rung],
-            "spent": spent, "people": people, "expected": expected}
+            "spent": spent, "people": people, "expected": expected, "chance_at": chance_at}
 
 
 def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days: float,
@@ -273,6 +276,10 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                 stat = s["F"][starts] - s["r"][starts] * s["n"][starts, None]
                 later = starts >= wpd  # from the second day on: the alarm has seen a day of the rhythm
                 r.update(surges=int(starts.size), private_first=sum(s["states"][i] == "fired" for i in starts),
+                         # Each surge's chance of paging in its first window, from its statistic and the run's noise:
+                         # the expected count, with far less spread than the pages drawn (a measurement).
+                         private_first_expected=float(s["chance_at"][starts].sum()),
+                         private_first_expected_day1=float(s["chance_at"][starts[~later]].sum()),
                          exact_first=(stat >= C["surge"][None, :]).sum(axis=0).tolist(),
                          surges_day2=int(later.sum()), private_first_day2=sum(s["states"][i] == "fired" for i in starts[later]),
                          exact_first_day2=(stat[later] >= C["surge"][None, :]).sum(axis=0).tolist(),

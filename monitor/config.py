@@ -232,6 +232,13 @@ class AlarmSettings(_Strict):
         "minutes; 0: none), above trend_windows: the threshold is its own (a smaller spread than the line's), and the "
         "line through trend_windows guards it where a shift change bends the traffic faster than 3 hours' curve follows."
     )
+    steady_windows: int = Field(
+        0, ge=0, le=288, description="Windows the rhythm reference's steady line goes through before a day of history "
+        "(0, the default: none; 36: 3 hours), above trend_windows: it comes first and the threshold is its own (its "
+        "spread is the smallest: 1.12 where the curve's is 1.28), and the curve and the line through trend_windows guard "
+        "it where the traffic bends. More first-day surges paged where people's readings are independent from window "
+        "to window, fewer at 10,000 people where they keep their state (docs/alarm.md, \"A steady line first\")."
+    )
     threshold_follows_level: bool = Field(
         True, description="With follow_rhythm: the threshold rises and falls with each window's predicted flagged weight "
         "(a line above the one false_pages_per_30_days derives at every level up to 4 times the released rate's), so "
@@ -267,9 +274,10 @@ class AlarmSettings(_Strict):
 
     @model_validator(mode="after")
     def _curve_above_the_line(self) -> "AlarmSettings":
-        if self.curve_windows and self.curve_windows <= self.trend_windows:
-            raise ValueError(f"curve_windows ({self.curve_windows}) must be 0 (none) or more than trend_windows "
-                             f"({self.trend_windows}): the curve's spread is the smaller only over more windows")
+        for name, windows in (("curve_windows", self.curve_windows), ("steady_windows", self.steady_windows)):
+            if windows and windows <= self.trend_windows:
+                raise ValueError(f"{name} ({windows}) must be 0 (none) or more than trend_windows "
+                                 f"({self.trend_windows}): its spread is the smaller only over more windows")
         return self
 
     @model_validator(mode="after")

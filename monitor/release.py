@@ -99,7 +99,8 @@ class WindowReleaser:
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
                                           trend_error=a.trend_error, weekend_days=a.weekend_days,
-                                          trend_windows=a.trend_windows, curve_windows=a.curve_windows)
+                                          trend_windows=a.trend_windows, curve_windows=a.curve_windows,
+                                          steady_windows=a.steady_windows)
                           if a.follow_rhythm and a.threshold is None else None)
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,

@@ -424,11 +424,13 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
 
 
 @pytest.mark.parametrize("level_slope", [0.0, 0.3])
-@pytest.mark.parametrize("mode,margin,curve", [("rhythm", 0, 0), ("recent", 0, 0), ("recent", 20, 0), ("recent", 20, 8)])
-def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin, curve):
+@pytest.mark.parametrize("mode,margin,curve,steady", [("rhythm", 0, 0, 0), ("recent", 0, 0, 0), ("recent", 20, 0, 0),
+                                                      ("recent", 20, 8, 0), ("recent", 20, 8, 6)])
+def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin, curve, steady):
     """Exact privacy loss (the folded discrete Laplace noises, summed over exactly) of every outcome of a
     run answering rhythm-mode windows (or the first day's: the lower of the trend's statistic
-    and the level's plus ``margin``, and the curve's with ``curve``), between a stream and the same stream without one
+    and the level's plus ``margin``, the curve's with ``curve``, and the steady line's first with ``steady``), between a
+    stream and the same stream without one
     adversarial person: heavy through yesterday's hour and the last hour, absent now, then
     heavy again. Within epsilon_threshold + epsilon_page for every first-page outcome, while
     the clip binds (unclipped, the person would move the statistic beyond the run's interval),
@@ -446,7 +448,7 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_sl
     for case, low in (("with", top + slack), ("without", top + slack), ("too wide", 3 * res)):
         period = 2400 if mode == "rhythm" else 300 * 1000  # a day of 8 windows, or none yet
         ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=period, resolution=res,
-                              trend_windows=4, curve_windows=curve)
+                              trend_windows=4, curve_windows=curve, steady_windows=steady)
         rng = np.random.default_rng(7)
         stats[case] = []
         for j in range(22):
@@ -691,6 +693,37 @@ def test_the_first_days_curve_gives_the_threshold_and_the_line_guards_it_at_a_ki
     assert short.outline(12)[1] == pytest.approx(trend_coefficients(range(2, 12), 12) @ trend_coefficients(range(2, 12), 12))
 
 
+def test_the_first_days_steady_line_gives_the_threshold_and_the_curve_guards_its_bends():
+    """With a steady line (36 windows) the first day's outline is its spread (0.116, against the
+    curve's 0.28): on steady traffic its statistic stands. Where the traffic bends (a ramp that
+    started 8 windows ago) the line through 3 hours lags by several ramp steps, and the statistic
+    is the lowest of the guards' plus a tenth of the level's margin; with fewer windows than half
+    the steady line's, the short line alone, as before the curve."""
+    def ref_for(level, windows=40):
+        ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, curve_windows=36,
+                              steady_windows=36)
+        for j in range(windows):
+            ref.learn_one(j, np.array([level(j)]), ["a"])
+        return ref
+
+    steady = trend_coefficients(range(36), 36)
+    assert (round(steady @ steady, 3), round(steady[-1], 3)) == (0.116, 0.111)
+    flat = ref_for(lambda j: 400)
+    mode, squares, *_ = flat.outline(40)
+    assert mode == "recent" and squares == pytest.approx(0.116, abs=0.001)
+    assert flat.compare(40, np.array([400]), ["a"], m=0, low_units=4096, level_margin=200).statistic == 0
+    turn = lambda j: 400 + 40 * max(0, j - 32)  # noqa: E731  a ramp that starts 8 windows ago
+    ref = ref_for(turn)
+    now = np.array([turn(40)])
+    line36, curve, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
+    assert line36 > 3 * 40 > 40 > line and line36 > curve  # the steady line lags the turn by three ramp steps and more
+    assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == min(curve, line) + 20
+    # Fewer windows than half the steady line's (and the curve's): the short line alone; at half, the steady line.
+    assert ref_for(lambda j: 400, windows=17).outline(17)[1] == pytest.approx(0.467, abs=0.001)
+    half = trend_coefficients(range(18), 18)
+    assert ref_for(lambda j: 400, windows=18).outline(18)[1] == pytest.approx(half @ half)
+
+
 def _level_is_lower(statistics: list[int], margin: int) -> bool:
     """Whether the level's statistic (last) plus ``margin`` is the lowest, as ``compare`` weighs them
     (a line under a curve with a tenth of the margin)."""
@@ -698,14 +731,16 @@ def _level_is_lower(statistics: list[int], margin: int) -> bool:
     return statistics[-1] + margin < min(others)
 
 
-@pytest.mark.parametrize("curve_windows", [0, 10])
+@pytest.mark.parametrize("curve_windows,steady_windows", [(0, 0), (10, 0), (10, 8)])
 @pytest.mark.parametrize("seed", range(4))
-def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, curve_windows):
+def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, curve_windows, steady_windows):
     """The recent mode's minimum of the trend's statistic and the level's plus a margin (and, with
-    a curve, of the curve's, which the line guards): removing one person moves it within
-    [-(m + slack), R] whether or not the lower one changes sides (both cases occur)."""
+    a curve, of the curve's, which the line guards; with a steady line, of its statistic first):
+    removing one person moves it within [-(m + slack), R] whether or not the lower one changes
+    sides (both cases occur)."""
     rng = np.random.default_rng(100 + seed)
-    kw = dict(recent_windows=6, seasonal_windows=3, slack=0.25, trend_windows=6, curve_windows=curve_windows)
+    kw = dict(recent_windows=6, seasonal_windows=3, slack=0.25, trend_windows=6, curve_windows=curve_windows,
+              steady_windows=steady_windows)
     m, sides = 164, set()
     for _ in range(30):
         history = _history(rng, 8, 6, p_flag=0.3, heavy=(int(rng.integers(8)),))
@@ -726,7 +761,7 @@ def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, 
             assert -(m + ref.slack_units) <= full.statistic - less.statistic <= R
             before = ref._statistics(ref._sets(6)[1], now[1], now[0], m, m + ref.slack_units, 0.0)
             after = less_ref._statistics(less_ref._sets(6)[1], less_now[1], less_now[0], m, m + ref.slack_units, 0.0)
-            assert len(before) == (3 if curve_windows else 2)
+            assert len(before) == 2 + bool(curve_windows) + bool(steady_windows)
             sides.add((_level_is_lower(before, margin), _level_is_lower(after, margin)))
     assert len(sides) >= 3  # the lower one changed sides for some person
 

@@ -32,7 +32,13 @@ def test_negative_epsilon_is_refused():
 def test_the_first_days_curve_must_go_through_more_windows_than_its_line():
     with pytest.raises(ConfigError, match=r"alarm: curve_windows \(36\) must be 0 \(none\) or more than trend_windows \(40\)"):
         parse_config({**BASE, "alarm": {"trend_windows": 40}})
-    assert parse_config({**BASE, "alarm": {"trend_windows": 40, "curve_windows": 0}}).alarm.curve_windows == 0
+    assert parse_config({**BASE, "alarm": {"trend_windows": 40, "curve_windows": 0, "steady_windows": 0}}).alarm.curve_windows == 0
+
+
+def test_the_first_days_steady_line_must_go_through_more_windows_than_the_short_one():
+    with pytest.raises(ConfigError, match=r"alarm: steady_windows \(10\) must be 0 \(none\) or more than trend_windows \(10\)"):
+        parse_config({**BASE, "alarm": {"steady_windows": 10}})
+    assert parse_config({**BASE, "alarm": {"steady_windows": 0}}).alarm.steady_windows == 0
 
 
 def test_keys_of_earlier_versions_say_what_replaced_them():

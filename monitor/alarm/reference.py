@@ -34,7 +34,10 @@ of them kept) the least-squares parabola through that many windows comes first: 
 own, lower (the squares of its coefficients sum to 0.28 through 36 windows, the line's to 0.47
 through 10), and the line's statistic guards it: through 3 hours the curve lags a shift change
 within the hour more than the line does, and alone it paged there (docs/alarm.md, "A curve through
-three hours"); the line counts where it is lower by a tenth of the level's margin.
+three hours"); the line counts where it is lower by a tenth of the level's margin. With
+``steady_windows`` the least-squares line through that many windows (3 hours) comes before the
+curve, and the curve guards it as the short line does: the smallest spread of the three on steady
+traffic (squares summing to 0.116), which bends with the traffic only as fast as 3 hours allow.
 
 Today's windows count, paged or not: a lasting change (a
 shift that starts, new firmware) pages once and is learnt within the hour. A window that paged
@@ -211,6 +214,13 @@ class RhythmReference:
         line's guards it: the statistic is the lower of the two (the line's with a tenth of the
         level's margin), since where a shift change bends the traffic within the hour the curve
         lags it more than the line does.
+    steady_windows:
+        Windows the recent mode's steady line goes through (0: none; more than ``trend_windows``),
+        once at least half of them were kept. Its statistic comes before the curve's (the threshold
+        is its own: through 36 windows a spread of 1.12), and the curve's and the short line's guard
+        it, each with a tenth of the level's margin: through 3 hours a line misses a wave's bend
+        (up to 0.33 of the normal count on the shared sets' wave of 0.5) and lags a shift change by
+        hours, where the curve and the short line do not.
     resolution:
         Integer units per event weight.
     """
@@ -218,7 +228,7 @@ class RhythmReference:
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 5,
                  slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.02,
                  resolution: int = RESOLUTION, weekend_days: Sequence[int] = (), trend_windows: "int | None" = None,
-                 curve_windows: int = 0) -> None:
+                 curve_windows: int = 0, steady_windows: int = 0) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
         if int(seasonal_windows) != seasonal_windows or seasonal_windows < 1:
@@ -234,6 +244,10 @@ class RhythmReference:
             raise ValueError(f"curve_windows must be 0 (none) or an integer above trend_windows ({self.trend_windows}), "
                              f"got {curve_windows!r}")
         self.curve_windows = int(curve_windows)
+        if int(steady_windows) != steady_windows or not (steady_windows == 0 or steady_windows > self.trend_windows):
+            raise ValueError(f"steady_windows must be 0 (none) or an integer above trend_windows ({self.trend_windows}), "
+                             f"got {steady_windows!r}")
+        self.steady_windows = int(steady_windows)
         self.half_seasonal = int(seasonal_windows) // 2
         self.slack = float(slack)
         self.trend_error = float(trend_error)
@@ -421,6 +435,10 @@ class RhythmReference:
         if longer and 2 * len(longer) >= self.curve_windows:
             # The curve first (the threshold is its own), the line guarding it at a ramp.
             sets.insert(0, (longer, curve_coefficients(longer, index)))
+        steady = self._last(index, self.steady_windows) if self.steady_windows else []
+        if steady and 2 * len(steady) >= self.steady_windows:
+            # Before the curve: the smallest spread on steady traffic; the curve and the short line guard its bends.
+            sets.insert(0, (steady, trend_coefficients(steady, index)))
         return "recent", [[self._first_day_part(ws, c)] for ws, c in sets]
 
     def _first_day_part(self, windows: list[int], coefficients: np.ndarray) -> tuple[list[int], np.ndarray]:
@@ -457,7 +475,8 @@ class RhythmReference:
         overrules the trend only where it puts the window that far lower, as at the end of a
         falling hour, and not through its own noise on steady traffic (module docstring). With a
         curve (``curve_windows``), the lower of the curve's statistic, the line's plus a tenth of
-        ``level_margin`` (``GUARD_DIVISOR``) and the level's plus ``level_margin``."""
+        ``level_margin`` (``GUARD_DIVISOR``) and the level's plus ``level_margin``; with a steady
+        line (``steady_windows``) its statistic first, and the curve's plus a tenth too."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         m = int(m)
         slope = float(level_slope)

@@ -222,6 +222,10 @@ def rhythm_note(settings) -> str:
              if settings.threshold_follows_level else "")
     curve = (f"the last {settings.curve_windows} windows' curve (alarm.curve_windows), or the last hour's trend where "
              "that is lower (a shift change the curve lags), or" if settings.curve_windows else "the last hour's trend, or")
+    if settings.steady_windows:
+        curve = (f"the last {settings.steady_windows} windows' line (alarm.steady_windows), or where lower (a bend it lags) "
+                 + (f"the last {settings.curve_windows} windows' curve (alarm.curve_windows) or " if settings.curve_windows else "")
+                 + "the last hour's trend, or")
     first = (f"; before a day of history it follows {curve} its level, where that is lower by a whole "
              f"threshold (an hour that stopped falling), and a page then holds for {settings.trend_hold} "
              "windows, until the trend has gone through the change (alarm.trend_hold_windows)")
