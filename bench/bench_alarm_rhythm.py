@@ -187,10 +187,11 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
         online, heavy, fresh = (np.array(x) for x in zip(*own))
         people = {"online": online, "heavy": heavy, "fresh": fresh, "persistence": traffic.persistence,
                   "absence": traffic.absence}
-    expected, chance_at = np.zeros(traffic.days), np.zeros(len(states))
+    chance_at = np.zeros(len(states))
     for i, chance in chances:
-        expected[min(i // traffic.windows_per_day, traffic.days - 1)] += chance
         chance_at[i] += chance
+    day = np.minimum(np.arange(len(states)) // traffic.windows_per_day, traffic.days - 1)
+    expected = np.bincount(day, weights=chance_at, minlength=traffic.days)
     return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W)[:, rung],
             "spent": spent, "people": people, "expected": expected, "chance_at": chance_at}
 

@@ -240,14 +240,11 @@ class RhythmReference:
         self.window_seconds = float(window_seconds)
         self.recent_windows = int(recent_windows)
         self.trend_windows = self.recent_windows if trend_windows is None else int(trend_windows)
-        if int(curve_windows) != curve_windows or not (curve_windows == 0 or curve_windows > self.trend_windows):
-            raise ValueError(f"curve_windows must be 0 (none) or an integer above trend_windows ({self.trend_windows}), "
-                             f"got {curve_windows!r}")
-        self.curve_windows = int(curve_windows)
-        if int(steady_windows) != steady_windows or not (steady_windows == 0 or steady_windows > self.trend_windows):
-            raise ValueError(f"steady_windows must be 0 (none) or an integer above trend_windows ({self.trend_windows}), "
-                             f"got {steady_windows!r}")
-        self.steady_windows = int(steady_windows)
+        for name, windows in (("curve_windows", curve_windows), ("steady_windows", steady_windows)):
+            if int(windows) != windows or not (windows == 0 or windows > self.trend_windows):
+                raise ValueError(f"{name} must be 0 (none) or an integer above trend_windows ({self.trend_windows}), "
+                                 f"got {windows!r}")
+        self.curve_windows, self.steady_windows = int(curve_windows), int(steady_windows)
         self.half_seasonal = int(seasonal_windows) // 2
         self.slack = float(slack)
         self.trend_error = float(trend_error)
@@ -431,14 +428,13 @@ class RhythmReference:
         if 2 * len(recent) < self.trend_windows:
             return "baseline", []
         sets = [(recent, trend_coefficients(recent, index)), (recent, np.full(len(recent), 1.0 / len(recent)))]
-        longer = self._last(index, self.curve_windows) if self.curve_windows else []
-        if longer and 2 * len(longer) >= self.curve_windows:
-            # The curve first (the threshold is its own), the line guarding it at a ramp.
-            sets.insert(0, (longer, curve_coefficients(longer, index)))
-        steady = self._last(index, self.steady_windows) if self.steady_windows else []
-        if steady and 2 * len(steady) >= self.steady_windows:
-            # Before the curve: the smallest spread on steady traffic; the curve and the short line guard its bends.
-            sets.insert(0, (steady, trend_coefficients(steady, index)))
+        # The curve before the line (the threshold is its own, the line guarding it at a ramp), and the
+        # steady line before both (the smallest spread on steady traffic; they guard its bends): each
+        # once at least half of its windows were kept.
+        for count, coefficients in ((self.curve_windows, curve_coefficients), (self.steady_windows, trend_coefficients)):
+            longer = self._last(index, count) if count else []
+            if longer and 2 * len(longer) >= count:
+                sets.insert(0, (longer, coefficients(longer, index)))
         return "recent", [[self._first_day_part(ws, c)] for ws, c in sets]
 
     def _first_day_part(self, windows: list[int], coefficients: np.ndarray) -> tuple[list[int], np.ndarray]:

@@ -220,12 +220,16 @@ def rhythm_note(settings) -> str:
     days = ", ".join(str(d) for d in sorted(settings.weekend_days))
     level = ("; its threshold rises with each window's predicted flagged weight (alarm.threshold_follows_level)"
              if settings.threshold_follows_level else "")
-    curve = (f"the last {settings.curve_windows} windows' curve (alarm.curve_windows), or the last hour's trend where "
-             "that is lower (a shift change the curve lags), or" if settings.curve_windows else "the last hour's trend, or")
-    if settings.steady_windows:
-        curve = (f"the last {settings.steady_windows} windows' line (alarm.steady_windows), or where lower (a bend it lags) "
-                 + (f"the last {settings.curve_windows} windows' curve (alarm.curve_windows) or " if settings.curve_windows else "")
-                 + "the last hour's trend, or")
+    # The first prediction, then those that guard it where lower (the last hour's trend always).
+    named = [(shape, f"the last {count} windows' {shape} (alarm.{key})")
+             for count, shape, key in ((settings.steady_windows, "line", "steady_windows"),
+                                       (settings.curve_windows, "curve", "curve_windows")) if count]
+    if named:
+        (shape, lead), guards = named[0], [text for _, text in named[1:]]
+        lower = " or ".join(guards + ["the last hour's trend"])
+        curve = f"{lead}, or {lower} where {'those are' if guards else 'that is'} lower (a shift change the {shape} lags), or"
+    else:
+        curve = "the last hour's trend, or"
     first = (f"; before a day of history it follows {curve} its level, where that is lower by a whole "
              f"threshold (an hour that stopped falling), and a page then holds for {settings.trend_hold} "
              "windows, until the trend has gone through the change (alarm.trend_hold_windows)")
