@@ -44,6 +44,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import REPO, write_run  # noqa: E402
 
+from monitor.alarm.above_threshold import AboveThreshold  # noqa: E402
+from monitor.alarm.units import RESOLUTION  # noqa: E402
 from monitor.budget import BudgetAccountant, WindowLedger  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
@@ -153,23 +155,58 @@ def released_windows(releaser: WindowReleaser, model, traffic, surges):
         yield i, X, scores, json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
 
 
+def page_chance(gap: float, query_scale: float, threshold_scale: float) -> float:
+    """P[E_q - E_t >= gap] for the run's two one-sided noises (exponential, of these scales: the folded
+    discrete Laplace's tail at the alarm's resolution, ``calibrate._svt_noise_density``): the chance
+    that a window whose statistic lies ``gap`` below its bar pages."""
+    a, b = float(query_scale), float(threshold_scale)
+    if gap >= 0:
+        return a / (a + b) * math.exp(-gap / a)
+    return 1.0 - b / (a + b) * math.exp(gap / b)
+
+
+@contextlib.contextmanager
+def page_chances(window: list):
+    """While open, every query the alarm asks adds (window index, its chance of paging, from its own
+    statistic and the run's noise) to a list: a quiet run's expected false pages, with far less
+    spread than the pages it happened to draw. A measurement: it reads the private statistic."""
+    found: list = []
+    ask = AboveThreshold.test_one
+
+    def test_one(svt, query: int, threshold: int) -> bool:
+        found.append((window[0], page_chance((int(threshold) - int(query)) / RESOLUTION, svt.query_scale / RESOLUTION,
+                                             svt.threshold_scale / RESOLUTION)))
+        return ask(svt, query, threshold)
+
+    AboveThreshold.test_one = test_one
+    try:
+        yield found
+    finally:
+        AboveThreshold.test_one = ask
+
+
 def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
                levels: np.ndarray, kappa: float | None = None) -> dict:
     """One day through WindowReleaser; per window the state, the events and the exact flagged count at each level.
     ``kappa`` (a diagnostic, not private) replaces the threshold's kappa from the model's calibration."""
-    with fresh_releaser(config, model, seed) as (releaser, accountant):
+    window = [0]
+    with fresh_releaser(config, model, seed) as (releaser, accountant), page_chances(window) as chances:
         if kappa is not None:
             releaser.alarm.kappa = kappa
         states, n, F, thresholds, epsilons = [], [], [], [], []
-        for _, X, scores, rec in released_windows(releaser, model, traffic, surges):
+        for i, X, scores, rec in released_windows(releaser, model, traffic, surges):
+            window[0] = i + 1  # the next window's queries
             states.append(rec["alarm_detail"]["state"])
             thresholds.append(rec["alarm_detail"].get("threshold"))
             epsilons.append(rec["epsilon"])
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
         day_spent = accountant.spent(traffic.n_windows * config.window.size_seconds)[0]
+    chance_at = np.zeros(len(states))
+    for i, chance in chances:
+        chance_at[i] += chance
     return {"states": states, "n": np.array(n), "F": np.array(F), "spent": day_spent, "thresholds": thresholds,
-            "alarm_threshold": releaser.level_hi}
+            "alarm_threshold": releaser.level_hi, "chance_at": chance_at}
 
 
 def exact_constants(n: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -230,11 +267,14 @@ def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int
     private_first = sum(day["states"][s] == "fired" for s in starts)
     out = {"set": name, "kind": kind, "people": people, "share": share, "seed": seed, "surges": int(starts.size),
            "private_first": int(private_first), "exact_first": exact_first.tolist(),
+           # Each surge's chance of paging in its first window (``page_chances``): less spread than the pages drawn.
+           "private_first_expected": float(day["chance_at"][starts].sum()),
            "flagged_share": flagged_share, "seconds": [d["seconds"] for d in days.values()],
            "surge_day_epsilon": day["spent"], "pages_surge_day": sum(s == "fired" for s in day["states"])}
     if "quiet" in days:
         q = days["quiet"]
         out["false_pages"] = sum(s == "fired" for s in q["states"])
+        out["expected_false_pages"] = float(q["chance_at"].sum())
         out["quiet_day_epsilon"] = q["spent"]
         first_thr = next((t for t in q["thresholds"] if t is not None), None)
         out["quiet_threshold"] = first_thr
@@ -346,9 +386,14 @@ def summarise(results: list[dict], contamination: float) -> str:
             quiet = [r for r in rs if "false_pages" in r]
             fp = sum(r["false_pages"] for r in quiet)
             qe = max((r["quiet_day_epsilon"] for r in quiet if r["false_pages"] == 0), default=float("nan"))
-            lines.append(f"| {people:,} people, {share:.0%} surges | {label} | {surges} | {priv} | {same} | {best_one} | "
+            # What the pages average to (each surge's and quiet window's chance), where the results say.
+            expected = (f" ({sum(r['private_first_expected'] for r in rs):.1f} expected)"
+                        if all("private_first_expected" in r for r in rs) else "")
+            quiet_expected = (f" ({sum(r['expected_false_pages'] for r in quiet):.2f} expected)"
+                              if all("expected_false_pages" in r for r in quiet) else "")
+            lines.append(f"| {people:,} people, {share:.0%} surges | {label} | {surges} | {priv}{expected} | {same} | {best_one} | "
                          f"{best_each} | {priv / max(best_one, 1):.2f} | {priv / max(best_each, 1):.2f} | "
-                         f"{fp} in {len(quiet)} days | {qe:.2f} |")
+                         f"{fp} in {len(quiet)} days{quiet_expected} | {qe:.2f} |")
     lines += ["", "Per data set (both scales, all seeds): the real flagged share of normal traffic at alarm.contamination "
               f"({contamination:g}) over the configured rate, and first-window pages, private / exact at the set's best level:", "",
               "| data set | kind | flagged share / configured | private | exact, best level | best level |", "|---|---|---|---|---|---|"]
@@ -409,7 +454,8 @@ def main() -> None:
                     r = run_one(base, name, people, share, seed, quiet=kind == args.kinds[0], kind=kind,
                                 traffic_kappa=args.kappa == "traffic")
                     results.append(r)
-                    print(f"{people:>6} {share:.2f} {name:16s} {kind:16s} seed {seed}: private {r['private_first']}/{r['surges']}, "
+                    print(f"{people:>6} {share:.2f} {name:16s} {kind:16s} seed {seed}: private {r['private_first']}/{r['surges']} "
+                          f"({r['private_first_expected']:.2f} expected), "
                           f"exact same {r['exact_first'][LEVELS.index(0.01)]}, best {max(r['exact_first'])}, "
                           f"false {r.get('false_pages')}, flagged share {r['flagged_share']:.4f}, quiet eps "
                           f"{r.get('quiet_day_epsilon', float('nan')):.2f}, T {r.get('quiet_threshold')}, "

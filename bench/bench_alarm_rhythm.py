@@ -46,7 +46,6 @@ compares alarm settings without editing anything.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
@@ -57,13 +56,11 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alarm_real import LEVELS, CachedScores, datasets, fresh_releaser, released_windows  # noqa: E402
+from bench_alarm_real import LEVELS, CachedScores, datasets, fresh_releaser, page_chances, released_windows  # noqa: E402
 from bench_alarm_real import fit_set as fit_real_set  # noqa: E402
 from report import REPO, write_run  # noqa: E402
 
-from monitor.alarm.above_threshold import AboveThreshold  # noqa: E402
 from monitor.alarm.reference import trend_coefficients  # noqa: E402
-from monitor.alarm.units import RESOLUTION  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.rhythm import Rhythm  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
@@ -128,36 +125,6 @@ def alarm_weights(model, config: MonitorConfig, scores: np.ndarray) -> np.ndarra
     except ImportError:
         rungs = [[alarm_levels(model, config.alarm)]]
     return np.stack([np.mean([graded_weights(scores, lo, hi) for lo, hi in levels], axis=0) for levels in rungs], axis=1)
-
-
-def page_chance(gap: float, query_scale: float, threshold_scale: float) -> float:
-    """P[E_q - E_t >= gap] for the run's two one-sided noises (exponential, of these scales: the folded
-    discrete Laplace's tail at the alarm's resolution, ``calibrate._svt_noise_density``): the chance
-    that a window whose statistic lies ``gap`` below its bar pages."""
-    a, b = float(query_scale), float(threshold_scale)
-    if gap >= 0:
-        return a / (a + b) * math.exp(-gap / a)
-    return 1.0 - b / (a + b) * math.exp(gap / b)
-
-
-@contextlib.contextmanager
-def page_chances(window: list):
-    """While open, every query the alarm asks adds (window index, its chance of paging, from its own
-    statistic and the run's noise) to a list: a quiet run's expected false pages, with far less
-    spread than the pages it happened to draw. A measurement: it reads the private statistic."""
-    found: list = []
-    ask = AboveThreshold.test_one
-
-    def test_one(svt, query: int, threshold: int) -> bool:
-        found.append((window[0], page_chance((int(threshold) - int(query)) / RESOLUTION, svt.query_scale / RESOLUTION,
-                                             svt.threshold_scale / RESOLUTION)))
-        return ask(svt, query, threshold)
-
-    AboveThreshold.test_one = test_one
-    try:
-        yield found
-    finally:
-        AboveThreshold.test_one = ask
 
 
 def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,

@@ -137,7 +137,7 @@ def test_the_outline_counts_the_predictions_cubes_window_by_window(paged):
     negative = 0
     for j in range(3 * 288):
         if j > 20:
-            mode, predictions = ref._sets(j)
+            mode, predictions, _ = ref._sets(j)
             merged: dict[int, float] = {}
             for windows, coefficients in predictions[0] if predictions else ():
                 for w, c in zip(windows, coefficients):
@@ -697,8 +697,9 @@ def test_the_first_days_steady_line_gives_the_threshold_and_the_curve_guards_its
     """With a steady line (36 windows) the first day's outline is its spread (0.116, against the
     curve's 0.28): on steady traffic its statistic stands. Where the traffic bends (a ramp that
     started 8 windows ago) the line through 3 hours lags by several ramp steps, and the statistic
-    is the lowest of the guards' plus a tenth of the level's margin; with fewer windows than half
-    the steady line's, the short line alone, as before the curve."""
+    is the lowest of the guards' plus a tenth of the level's margin. After a bend the line overshoots
+    the flat, and the guards hold it from below: the lower of theirs minus that tenth. With fewer
+    windows than half the steady line's, the short line alone, as before the curve."""
     def ref_for(level, windows=40):
         ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, curve_windows=36,
                               steady_windows=36)
@@ -718,6 +719,14 @@ def test_the_first_days_steady_line_gives_the_threshold_and_the_curve_guards_its
     line36, curve, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
     assert line36 > 3 * 40 > 40 > line and line36 > curve  # the steady line lags the turn by three ramp steps and more
     assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == min(curve, line) + 20
+    # After the bend (a ramp over windows 4 to 20, flat since): the line through 3 hours overshoots the
+    # flat, so its statistic stands far under both guards', and they hold it a tenth of the margin under the lower.
+    ended = lambda j: 400 + 40 * min(16, max(0, j - 4))  # noqa: E731
+    ref = ref_for(ended)
+    now = np.array([ended(40)])
+    line36, curve, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
+    assert line36 < min(curve, line) - 100 and level + 200 > min(curve, line)
+    assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == min(curve, line) - 20
     # Fewer windows than half the steady line's (and the curve's): the short line alone; at half, the steady line.
     assert ref_for(lambda j: 400, windows=17).outline(17)[1] == pytest.approx(0.467, abs=0.001)
     half = trend_coefficients(range(18), 18)
@@ -735,21 +744,22 @@ def _level_is_lower(statistics: list[int], margin: int) -> bool:
 @pytest.mark.parametrize("seed", range(4))
 def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, curve_windows, steady_windows):
     """The recent mode's minimum of the trend's statistic and the level's plus a margin (and, with
-    a curve, of the curve's, which the line guards; with a steady line, of its statistic first):
-    removing one person moves it within [-(m + slack), R] whether or not the lower one changes
-    sides (both cases occur)."""
+    a curve, of the curve's, which the line guards; with a steady line, of its statistic first, held
+    from below by the guards): removing one person moves it within [-(m + slack), R] whether or not
+    the lower one changes sides, or the floor starts or stops holding (both cases occur)."""
     rng = np.random.default_rng(100 + seed)
     kw = dict(recent_windows=6, seasonal_windows=3, slack=0.25, trend_windows=6, curve_windows=curve_windows,
               steady_windows=steady_windows)
-    m, sides = 164, set()
+    m, sides, floors = 164, set(), set()
+    n = 10 if steady_windows else 6  # the steady line's windows apart from the short line's
     for _ in range(30):
-        history = _history(rng, 8, 6, p_flag=0.3, heavy=(int(rng.integers(8)),))
+        history = _history(rng, 8, n, p_flag=0.3, heavy=(int(rng.integers(8)),))
         now = _history(rng, 8, 1, p_flag=0.3)[0]
         ref = RhythmReference(300, period_seconds=300 * 1000, **kw)  # no day of history
         for j, (ents, units) in enumerate(history):
             ref.learn_one(j, units, ents)
         margin = int(rng.integers(0, R))
-        full = ref.compare(6, now[1], now[0], m, m + ref.slack_units, level_margin=margin)
+        full = ref.compare(n, now[1], now[0], m, m + ref.slack_units, level_margin=margin)
         assert full.mode == "recent"
         for person in [f"p{p}" for p in range(8)]:
             less_ref = RhythmReference(300, period_seconds=300 * 1000, **kw)
@@ -757,13 +767,17 @@ def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, 
                 ents, units = _without(w, person)
                 less_ref.learn_one(j, units, ents)
             less_now = _without(now, person)
-            less = less_ref.compare(6, less_now[1], less_now[0], m, m + ref.slack_units, level_margin=margin)
+            less = less_ref.compare(n, less_now[1], less_now[0], m, m + ref.slack_units, level_margin=margin)
             assert -(m + ref.slack_units) <= full.statistic - less.statistic <= R
-            before = ref._statistics(ref._sets(6)[1], now[1], now[0], m, m + ref.slack_units, 0.0)
-            after = less_ref._statistics(less_ref._sets(6)[1], less_now[1], less_now[0], m, m + ref.slack_units, 0.0)
+            before = ref._statistics(ref._sets(n)[1], now[1], now[0], m, m + ref.slack_units, 0.0)
+            after = less_ref._statistics(less_ref._sets(n)[1], less_now[1], less_now[0], m, m + ref.slack_units, 0.0)
             assert len(before) == 2 + bool(curve_windows) + bool(steady_windows)
             sides.add((_level_is_lower(before, margin), _level_is_lower(after, margin)))
+            if steady_windows:  # whether the guards held the steady line from below
+                floors.add((before[0] < min(before[1:-1]) - margin // GUARD_DIVISOR,
+                            after[0] < min(after[1:-1]) - margin // GUARD_DIVISOR))
     assert len(sides) >= 3  # the lower one changed sides for some person
+    assert not steady_windows or {(True, False), (False, True)} & floors  # and the floor, for some
 
 
 def test_the_first_days_trend_keeps_its_newest_pages_and_learns_a_ramp_that_paged():

@@ -36,8 +36,11 @@ through 10), and the line's statistic guards it: through 3 hours the curve lags 
 within the hour more than the line does, and alone it paged there (docs/alarm.md, "A curve through
 three hours"); the line counts where it is lower by a tenth of the level's margin. With
 ``steady_windows`` the least-squares line through that many windows (3 hours) comes before the
-curve, and the curve guards it as the short line does: the smallest spread of the three on steady
-traffic (squares summing to 0.116), which bends with the traffic only as fast as 3 hours allow.
+curve: the smallest spread of the three on steady traffic (squares summing to 0.116), which bends
+with the traffic only as fast as 3 hours allow. The curve and the short line hold it from both
+sides, within a tenth of the level's margin of the lower of their statistics: it lags a ramp (a
+false page) and overshoots the flat after one (3 hours after a morning's ramp it stood 46 events
+under the lower guard and missed the surge there).
 
 Today's windows count, paged or not: a lasting change (a
 shift that starts, new firmware) pages once and is learnt within the hour. A window that paged
@@ -217,10 +220,11 @@ class RhythmReference:
     steady_windows:
         Windows the recent mode's steady line goes through (0: none; more than ``trend_windows``),
         once at least half of them were kept. Its statistic comes before the curve's (the threshold
-        is its own: through 36 windows a spread of 1.12), and the curve's and the short line's guard
-        it, each with a tenth of the level's margin: through 3 hours a line misses a wave's bend
-        (up to 0.33 of the normal count on the shared sets' wave of 0.5) and lags a shift change by
-        hours, where the curve and the short line do not.
+        is its own: through 36 windows a spread of 1.12), held within a tenth of the level's margin
+        of the lower of the curve's and the short line's, from above and from below: through 3
+        hours a line misses a wave's bend (up to 0.33 of the normal count on the shared sets' wave
+        of 0.5), lags a shift change by hours and overshoots the flat after it, where the curve and
+        the short line do not.
     resolution:
         Integer units per event weight.
     """
@@ -401,10 +405,11 @@ class RhythmReference:
         day = math.floor(index * self.window_seconds / 86400.0 + 1e-9)
         return (day + 3) % 7 in self.weekend_days  # 1970-01-01, day 0, was a Thursday (3)
 
-    def _sets(self, index: int) -> tuple[ReferenceMode, list[Prediction]]:
-        """The mode and its predictions, each a list of parts (windows, their coefficients):
-        public (the calendar and which windows the monitor released). The first prediction is
-        the mode's own; the recent mode adds the level (``compare`` takes the lower statistic)."""
+    def _sets(self, index: int) -> tuple[ReferenceMode, list[Prediction], bool]:
+        """The mode, its predictions, each a list of parts (windows, their coefficients), and
+        whether the first is the steady line, which its guards hold from both sides: public (the
+        calendar and which windows the monitor released). The first prediction is the mode's own;
+        the recent mode adds the level (``compare`` takes the lower statistic)."""
         recent = self._last(index, self.recent_windows)
         if self.period is not None:
             # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
@@ -421,13 +426,14 @@ class RhythmReference:
                 parts = [(recent, np.full(len(recent), 1.0 / len(recent)))]
                 for (same, c_same), (before, c_before) in shapes:
                     parts += [(same, c_same / len(shapes)), (before, -c_before / len(shapes))]
-                return "rhythm", [parts]
+                return "rhythm", [parts], False
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the last trend_windows windows), so a rising hour is not a surge.
         recent = self._last(index, self.trend_windows)
         if 2 * len(recent) < self.trend_windows:
-            return "baseline", []
+            return "baseline", [], False
         sets = [(recent, trend_coefficients(recent, index)), (recent, np.full(len(recent), 1.0 / len(recent)))]
+        steady = False
         # The curve before the line (the threshold is its own, the line guarding it at a ramp), and the
         # steady line before both (the smallest spread on steady traffic; they guard its bends): each
         # once at least half of its windows were kept.
@@ -435,7 +441,8 @@ class RhythmReference:
             longer = self._last(index, count) if count else []
             if longer and 2 * len(longer) >= count:
                 sets.insert(0, (longer, coefficients(longer, index)))
-        return "recent", [[self._first_day_part(ws, c)] for ws, c in sets]
+                steady = count == self.steady_windows
+        return "recent", [[self._first_day_part(ws, c)] for ws, c in sets], steady
 
     def _first_day_part(self, windows: list[int], coefficients: np.ndarray) -> tuple[list[int], np.ndarray]:
         """One of the first day's predictions: bridged over its windows that paged, unless they are
@@ -449,7 +456,7 @@ class RhythmReference:
         released): the mode, the sum of the prediction's squared coefficients, the prediction's
         relative error (``trend_error`` in the recent mode), the sum of its coefficients cubed
         (``Comparison.skew_factor``) and its coefficient on each window (``Comparison.prediction``)."""
-        mode, predictions = self._sets(int(index))
+        mode, predictions, _ = self._sets(int(index))
         squares, cubes, prediction = _described(predictions)
         return mode, squares, self.trend_error if mode == "recent" else 0.0, cubes, prediction
 
@@ -472,7 +479,10 @@ class RhythmReference:
         falling hour, and not through its own noise on steady traffic (module docstring). With a
         curve (``curve_windows``), the lower of the curve's statistic, the line's plus a tenth of
         ``level_margin`` (``GUARD_DIVISOR``) and the level's plus ``level_margin``; with a steady
-        line (``steady_windows``) its statistic first, and the curve's plus a tenth too."""
+        line (``steady_windows``) its statistic first, and the curve's plus a tenth too, and the
+        steady line's no lower than the lower of its guards' minus that tenth. Each of these is a
+        minimum or maximum of statistics that one person moves within the run's interval, plus
+        public margins, so it moves within that interval too."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         m = int(m)
         slope = float(level_slope)
@@ -480,13 +490,19 @@ class RhythmReference:
             raise ValueError(f"level_slope must be a non-negative number, got {level_slope!r}")
         if int(level_margin) != level_margin or level_margin < 0:
             raise ValueError(f"level_margin must be a non-negative integer, got {level_margin!r}")
-        mode, predictions = self._sets(int(index))
+        mode, predictions, steady = self._sets(int(index))
         if not predictions:
             return Comparison(int(units.sum()) - m * int(units.size), "baseline")
         first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
         # The level (last) counts where it is lower by the margin; the line under a curve where it is
         # lower by a share of it (at 0 the line's own noise took the curve's smaller spread back).
-        margins = [int(level_margin) // GUARD_DIVISOR] * (len(others) - 1) + [int(level_margin)]
+        guard_margin = int(level_margin) // GUARD_DIVISOR
+        if steady:
+            # The guards hold the steady line from below too: after a bend (3 hours after a ramp, the
+            # line through the ramp and the flat overshoots) it stood up to 104 events under the lower
+            # and missed the surges there.
+            first = max(first, min(others[:-1]) - guard_margin)
+        margins = [guard_margin] * (len(others) - 1) + [int(level_margin)]
         statistic = min([first] + [s + margin for s, margin in zip(others, margins)])
         squares, cubes, prediction = _described(predictions)
         return Comparison(statistic, mode, squares, self.trend_error if mode == "recent" else 0.0, slope, cubes, prediction)
@@ -567,7 +583,7 @@ def prediction_factors(level_slope: float, squares: float, cubes: float) -> tupl
 
 def _squares(predictions: list[Prediction]) -> float:
     """The sum of the first prediction's squared coefficients (the threshold's: the statistic is
-    never above that prediction's)."""
+    never above that prediction's, but where both guards hold a steady line up)."""
     return sum(float(np.dot(c, c)) for _, c in predictions[0]) if predictions else 0.0
 
 
