@@ -185,6 +185,14 @@ def page_chances(window: list):
         AboveThreshold.test_one = ask
 
 
+def chances_by_window(chances: list, windows: int) -> np.ndarray:
+    """Each window's summed chance of paging, from what ``page_chances`` collected."""
+    at = np.zeros(windows)
+    for i, chance in chances:
+        at[i] += chance
+    return at
+
+
 def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
                levels: np.ndarray, kappa: float | None = None) -> dict:
     """One day through WindowReleaser; per window the state, the events and the exact flagged count at each level.
@@ -202,11 +210,8 @@ def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, 
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
         day_spent = accountant.spent(traffic.n_windows * config.window.size_seconds)[0]
-    chance_at = np.zeros(len(states))
-    for i, chance in chances:
-        chance_at[i] += chance
     return {"states": states, "n": np.array(n), "F": np.array(F), "spent": day_spent, "thresholds": thresholds,
-            "alarm_threshold": releaser.level_hi, "chance_at": chance_at}
+            "alarm_threshold": releaser.level_hi, "chance_at": chances_by_window(chances, len(states))}
 
 
 def exact_constants(n: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -56,7 +56,8 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alarm_real import LEVELS, CachedScores, datasets, fresh_releaser, page_chances, released_windows  # noqa: E402
+from bench_alarm_real import (LEVELS, CachedScores, chances_by_window, datasets, fresh_releaser, page_chances,  # noqa: E402
+                              released_windows)
 from bench_alarm_real import fit_set as fit_real_set  # noqa: E402
 from report import REPO, write_run  # noqa: E402
 
@@ -154,9 +155,7 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
         online, heavy, fresh = (np.array(x) for x in zip(*own))
         people = {"online": online, "heavy": heavy, "fresh": fresh, "persistence": traffic.persistence,
                   "absence": traffic.absence}
-    chance_at = np.zeros(len(states))
-    for i, chance in chances:
-        chance_at[i] += chance
+    chance_at = chances_by_window(chances, len(states))
     day = np.minimum(np.arange(len(states)) // traffic.windows_per_day, traffic.days - 1)
     expected = np.bincount(day, weights=chance_at, minlength=traffic.days)
     return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W)[:, rung],

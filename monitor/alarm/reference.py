@@ -437,11 +437,12 @@ class RhythmReference:
         # The curve before the line (the threshold is its own, the line guarding it at a ramp), and the
         # steady line before both (the smallest spread on steady traffic; they guard its bends): each
         # once at least half of its windows were kept.
-        for count, coefficients in ((self.curve_windows, curve_coefficients), (self.steady_windows, trend_coefficients)):
+        for count, coefficients, is_steady in ((self.curve_windows, curve_coefficients, False),
+                                               (self.steady_windows, trend_coefficients, True)):
             longer = self._last(index, count) if count else []
             if longer and 2 * len(longer) >= count:
                 sets.insert(0, (longer, coefficients(longer, index)))
-                steady = count == self.steady_windows
+                steady = is_steady
         return "recent", [[self._first_day_part(ws, c)] for ws, c in sets], steady
 
     def _first_day_part(self, windows: list[int], coefficients: np.ndarray) -> tuple[list[int], np.ndarray]:
