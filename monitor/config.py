@@ -233,11 +233,12 @@ class AlarmSettings(_Strict):
         "line through trend_windows guards it where a shift change bends the traffic faster than 3 hours' curve follows."
     )
     steady_windows: int = Field(
-        36, ge=0, le=288, description="Windows the rhythm reference's steady line goes through before a day of history "
-        "(36 x 5 minutes; 0: none), above trend_windows: it comes first and the threshold is its own (its spread is the "
-        "smallest: 1.12 where the curve's is 1.28), and the curve and the line through trend_windows hold it within a "
-        "tenth of a threshold of the lower of theirs where the traffic bends, which a line through 3 hours lags and "
-        "overshoots (docs/alarm.md, \"A steady line first\")."
+        36, ge=0, le=288, description="Windows the rhythm reference's steady line goes through (36 x 5 minutes; 0: none), "
+        "above trend_windows: it comes first and the threshold is its own (its spread is the smallest: 1.12 where the "
+        "curve's is 1.28 and the rhythm mode's prediction's 1.23). Before a day of history the curve and the line through "
+        "trend_windows hold it within a tenth of a threshold of the lower of theirs where the traffic bends, which a line "
+        "through 3 hours lags and overshoots; from then on it comes first only where the released profile is straight "
+        "over its 3 hours, and the rhythm mode's prediction holds it (docs/alarm.md, \"A steady line first\")."
     )
     threshold_follows_level: bool = Field(
         True, description="With follow_rhythm: the threshold rises and falls with each window's predicted flagged weight "

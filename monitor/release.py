@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, Comparison, RhythmReference, SurgeAlarm
-from monitor.alarm.baseline import profile_level, profile_load, profile_spread
+from monitor.alarm.baseline import profile_level, profile_load, profile_spread, profile_straight
 from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
                                      rung_levels, rung_units)
 from monitor.alarm.slack import SLACK_STEP
@@ -304,18 +304,20 @@ class WindowReleaser:
             load = profile_load(est, window.start)
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
                 slope, margin = 0.0, 0
-                mode, coefficients, relative_error, cubes, prediction = self.reference.outline(index)
+                steady_line, (mode, coefficients, relative_error, cubes, prediction) = self._outline(index, est, window.start)
                 if mode != "baseline" and a.threshold_follows_level:
                     # The line covers every level from 0 to 4 times the hour's: it lies lowest at the best estimate.
                     load = profile_level(est, window.start) or load
                     slope = self.alarm.level_line(est, coefficients, relative_error, load, cubes, prediction=prediction)[0]
-                if mode == "recent":
-                    # The first day's level overrules its trend only a whole threshold below it.
+                if mode == "recent" or steady_line:
+                    # The first day's level overrules its trend only a whole threshold below it; the guards
+                    # hold a steady line within a tenth of it.
                     bar = self.alarm.window_threshold(
                         est, Comparison(0, mode, coefficients, relative_error, slope, cubes, prediction), load)
                     margin = math.ceil(bar * RESOLUTION)
                 comparison = self.reference.compare(index, units, window.entities, self.alarm.run_rate_units(est),
-                                                    self.alarm.low_units, level_slope=slope, level_margin=margin)
+                                                    self.alarm.low_units, level_slope=slope, level_margin=margin,
+                                                    steady_line=steady_line)
             answer = self.alarm.answer_units(alarm_units, n, self.baseline.estimate, can_page=can_page, problem=problem,
                                              comparison=comparison, load=load)
             if answer.state == "fired":
@@ -378,6 +380,34 @@ class WindowReleaser:
         if reason is not None:
             self.baseline.refit(reason)
 
+    def _outline(self, index: int, est: BaselineEstimate, window_start: float) -> tuple[bool, tuple]:
+        """How window ``index`` is compared (``RhythmReference.outline``), and whether the steady line comes
+        first in the rhythm mode (its ``steady_line``): where the released profile is straight over the
+        line's span (``profile_straight``) and the line's threshold is the lower. Public inputs only."""
+        a = self.config.alarm
+        plain = self.reference.outline(index)
+        if (plain[0] != "rhythm" or not a.steady_windows
+                or not profile_straight(est, window_start, a.steady_windows, self.config.window.size_seconds)):
+            return False, plain
+        steady = self.reference.outline(index, steady_line=True)
+        if steady == plain:
+            return False, plain
+        load = (profile_level(est, window_start) if a.threshold_follows_level else None) or profile_load(est, window_start)
+        if self._outline_threshold(est, steady, load) < self._outline_threshold(est, plain, load):
+            return True, steady
+        return False, plain
+
+    def _outline_threshold(self, est: BaselineEstimate, outline: tuple, load: "float | None",
+                           interval: "tuple[int, int] | None" = None) -> float:
+        """The threshold of a window compared as ``outline`` (``RhythmReference.outline``) at the profile's
+        ``load``, at the run's interval or ``interval``: where it follows the level, the level line's at the
+        expected level (``SurgeAlarm.level_line``). Public."""
+        mode, squares, relative_error, cubes, prediction = outline
+        if self.config.alarm.threshold_follows_level:
+            return self.alarm.level_line(est, squares, relative_error, load, cubes, interval, prediction)[2]
+        return self.alarm.window_threshold(est, Comparison(0, mode, squares, relative_error, 0.0, cubes, prediction), load,
+                                           interval)
+
     def _slack_for(self, index: "int | None", est: BaselineEstimate) -> "int | None":
         """The slack (1 / RESOLUTION) of a run that opens at window ``index`` on ``est``: None without the
         rhythm reference; with ``alarm.rhythm_slack_follows``, the one up to ``alarm.rhythm_slack`` whose
@@ -390,8 +420,8 @@ class WindowReleaser:
             return None
         a = self.config.alarm
         most = self.reference.slack_units
-        mode, squares, relative_error, cubes, prediction = self.reference.outline(index)
-        if not a.rhythm_slack_follows or mode != "rhythm":
+        outline = self.reference.outline(index)
+        if not a.rhythm_slack_follows or outline[0] != "rhythm":
             # The first day's trend puts 0.4 of its weight on the last window, and its lift is the
             # model's least sure: with persistent people a first day's switch at 10,000 people paged 9
             # times in 30 quiet days at slacks of 0.35 to 0.45 (3 at the configured 0.5).
@@ -400,6 +430,7 @@ class WindowReleaser:
         # alone was the narrowest there and doubled the threshold by day (a day/night switch at 10,000
         # people: 198 events at 8:30 against 106 at the configured slack). So the mean threshold at the
         # profile's quietest, middle and busiest parts decides; without a profile, the baseline's own rate.
+        # The rhythm prediction's lift decides it: the steady line comes first only where the profile is straight.
         spread = profile_spread(est) if a.threshold_follows_level else ()
         loads = list(spread or profile_spread(est, level=False)) or [None]
         # Narrower slacks, from the configured one down, while the threshold falls: the noise's part
@@ -408,13 +439,7 @@ class WindowReleaser:
         best = (math.inf, most)
         for slack in [most, *range((most - 1) // step * step, 0, -step)]:
             interval = rhythm_interval(est.rate, slack)
-            if a.threshold_follows_level:
-                thresholds = [self.alarm.level_line(est, squares, relative_error, at, cubes, interval, prediction)[2]
-                              for at in loads]
-            else:
-                thresholds = [self.alarm.window_threshold(
-                    est, Comparison(0, mode, squares, relative_error, 0.0, cubes, prediction), at, interval) for at in loads]
-            threshold = sum(thresholds) / len(thresholds)
+            threshold = sum(self._outline_threshold(est, outline, at, interval) for at in loads) / len(loads)
             if round(threshold, 6) >= best[0]:
                 break
             best = (round(threshold, 6), slack)

@@ -424,11 +424,12 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
 
 
 @pytest.mark.parametrize("level_slope", [0.0, 0.3])
-@pytest.mark.parametrize("mode,margin,curve,steady", [("rhythm", 0, 0, 0), ("recent", 0, 0, 0), ("recent", 20, 0, 0),
-                                                      ("recent", 20, 8, 0), ("recent", 20, 8, 6)])
+@pytest.mark.parametrize("mode,margin,curve,steady", [("rhythm", 0, 0, 0), ("rhythm", 20, 0, 6), ("recent", 0, 0, 0),
+                                                      ("recent", 20, 0, 0), ("recent", 20, 8, 0), ("recent", 20, 8, 6)])
 def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin, curve, steady):
     """Exact privacy loss (the folded discrete Laplace noises, summed over exactly) of every outcome of a
-    run answering rhythm-mode windows (or the first day's: the lower of the trend's statistic
+    run answering rhythm-mode windows (with ``steady``, the steady line's statistic held within a tenth of
+    ``margin`` of the rhythm prediction's) or the first day's (the lower of the trend's statistic
     and the level's plus ``margin``, the curve's with ``curve``, and the steady line's first with ``steady``), between a
     stream and the same stream without one
     adversarial person: heavy through yesterday's hour and the last hour, absent now, then
@@ -458,8 +459,9 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_sl
                 units.append(res if heavy[j] else 0)
             units = np.array(units, dtype=np.int64)
             if j >= 16:
-                c = ref.compare(j, units, tuple(ents), m, low, level_slope=level_slope, level_margin=margin)
-                assert c.mode == mode
+                c = ref.compare(j, units, tuple(ents), m, low, level_slope=level_slope, level_margin=margin,
+                                steady_line=bool(steady))
+                assert c.mode == mode and ref.steady(j, steady_line=True) == bool(steady)
                 stats[case].append(c.statistic)
             ref.learn_one(j, units, tuple(ents))
     T = int(np.median(stats["without"]))
@@ -733,6 +735,43 @@ def test_the_first_days_steady_line_gives_the_threshold_and_the_curve_guards_its
     assert ref_for(lambda j: 400, windows=18).outline(18)[1] == pytest.approx(half @ half)
 
 
+def test_from_the_second_day_the_steady_line_comes_first_and_the_rhythm_prediction_holds_it():
+    """With a day of history the steady line (36 windows) comes first where the release asks for it
+    (``steady_line``: the released profile is straight there), and its spread gives the threshold
+    (0.116, where the rhythm prediction's is 0.23). The rhythm prediction holds it within a tenth of
+    the level's margin from both sides. The line lags a daily ramp that the days before predict, and the
+    statistic is then the rhythm prediction's plus that tenth. It overshoots the ramp's end, and the statistic
+    is then the rhythm prediction's minus it."""
+    def ref_for(level, upto):
+        ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, curve_windows=36,
+                              steady_windows=36)
+        for j in range(upto):
+            ref.learn_one(j, np.array([level(j)]), ["a"])
+        return ref
+
+    flat = ref_for(lambda j: 400, 626)
+    mode, squares, *_ = flat.outline(626, steady_line=True)
+    assert mode == "rhythm" and flat.steady(626, steady_line=True) and squares == pytest.approx(0.116, abs=0.001)
+    assert flat.compare(626, np.array([400]), ["a"], m=0, low_units=4096, level_margin=200,
+                        steady_line=True).statistic == 0
+    # Without it (the release found the profile bent there) the rhythm prediction alone.
+    assert not flat.steady(626) and flat.outline(626)[1] == pytest.approx(1 / 12 + (1 / 5 + 1 / 12) / 2)
+    ramp = lambda j: 400 + 40 * min(20, max(0, j % 288 - 100))  # noqa: E731  every day, windows 100 to 120
+    for index, side in ((576 + 108, 1), (576 + 130, -1)):  # on the ramp; 10 windows after its end
+        ref = ref_for(ramp, index)
+        now = np.array([ramp(index)])
+        line36, rhythm = ref._statistics(ref._sets(index, steady_line=True)[1], now, ["a"], 0, 4096, 0.0)
+        assert rhythm == 0 and side * line36 > 100  # the days before know the ramp; the line lags it, then overshoots
+        assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200,
+                           steady_line=True).statistic == side * 20
+        assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 0
+    # Without a steady line, the rhythm prediction alone, as before.
+    plain = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10)
+    for j in range(626):
+        plain.learn_one(j, np.array([400]), ["a"])
+    assert not plain.steady(626, steady_line=True) and plain.outline(626, steady_line=True)[1] == pytest.approx(1 / 12 + (1 / 5 + 1 / 12) / 2)
+
+
 def _level_is_lower(statistics: list[int], margin: int) -> bool:
     """Whether the level's statistic (last) plus ``margin`` is the lowest, as ``compare`` weighs them
     (a line under a curve with a tenth of the margin)."""
@@ -855,3 +894,86 @@ def test_budget_says_which_days_are_compared_only_with_their_own_kind(vitals_mod
     weekly = parse_config({"features": features, "alarm": {"weekend_days": [5, 6]}})
     out = visibility_report(weekly, {"baseline_in_use": base}, model=vitals_model)
     assert "weekend days (UTC weekdays 5, 6; 0 = Monday) only with days of their own kind" in out["summary"]
+
+
+def _smoothed(values: np.ndarray) -> np.ndarray:
+    """``values`` per part of the day kept to PROFILE_HARMONICS harmonics, as a released profile is."""
+    from monitor.alarm.baseline import PROFILE_HARMONICS
+
+    spectrum = np.fft.rfft(values, axis=-1)
+    spectrum[..., PROFILE_HARMONICS + 1:] = 0.0
+    return np.fft.irfft(spectrum, n=values.shape[-1], axis=-1)
+
+
+def test_a_lines_miss_of_the_profile_is_its_curves_and_its_noise_the_profiles():
+    """``profile_bend``: on a daily wave, what a least-squares line through the 36 windows before misses at
+    each window, the wave evaluated at the windows' middles (between the profile's parts), checked against
+    numpy's polyfit; on flat traffic nothing; and its stated standard deviation is that of the miss over
+    released profiles' noise (each part's own, kept to 3 harmonics; profile_error is each part's after it)."""
+    from monitor.alarm.baseline import profile_bend
+
+    wave = lambda hours: 1.0 + 0.5 * np.sin(2 * np.pi * hours / 24.0) + 0.2 * np.cos(6 * np.pi * hours / 24.0)  # noqa: E731
+    parts = (np.arange(24) + 0.5)  # each part's value is its middle's
+    est = BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=tuple(wave(parts)), profile_error=0.1)
+    for start in (0.0, 3 * 3600.0 + 1500.0, 7 * 3600.0, 19.5 * 3600.0):
+        middles = (start + 150.0 - 300.0 * np.arange(36, -1, -1)) / 3600.0
+        slope, intercept = np.polyfit(middles[:-1], wave(middles[:-1]), 1)
+        assert profile_bend(est, start, 36, 300.0)[0] == pytest.approx(abs(wave(middles[-1]) - slope * middles[-1] - intercept),
+                                                                       abs=1e-9)
+    flat = BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=(1.0,) * 24, profile_error=0.1)
+    assert all(profile_bend(flat, h * 1800.0, 36, 300.0)[0] < 1e-12 for h in range(48))
+    rng = np.random.default_rng(11)
+    noise = _smoothed(rng.normal(0.0, 0.1, size=(4000, 24)))
+    stated = profile_bend(BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=(1.0,) * 24,
+                                           profile_error=float(noise.std())), 5 * 3600.0, 36, 300.0)[1]
+    misses = [profile_bend(BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=tuple(1.0 + n)), 5 * 3600.0,
+                           36, 300.0)[0] for n in noise]
+    assert float(np.sqrt(np.mean(np.square(misses)))) == pytest.approx(stated, rel=0.06)
+
+
+def test_the_profile_is_straight_where_the_day_is_flat_and_bent_all_day_at_a_shift_change():
+    """``profile_straight``: a flat day is straight at every window, and after its noise at most windows;
+    a day/night switch within the hour (0.6 by night, 1.4 by day), kept to 3 harmonics as released, with
+    the noise of a large fleet's profile, is bent at every window of the day, flat night and flat day
+    included: the release then compares with the rhythm prediction alone, which knows the switch, instead
+    of a line through the last 3 hours, which lags it."""
+    from monitor.alarm.baseline import profile_straight
+
+    def straight(shape, error):
+        est = BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=tuple(shape), profile_error=error)
+        return [profile_straight(est, w * 300.0, 36, 300.0) for w in range(288)]
+
+    assert all(straight(np.ones(24), 0.1))
+    rng = np.random.default_rng(5)
+    noise = _smoothed(rng.normal(0.0, 1.0 / math.sqrt(7 / 24), size=(20, 24)))  # each part's sd 1 once smoothed
+    assert np.mean([straight(1.0 + 0.1 * n, 0.1) for n in noise]) > 0.5
+    hours = np.arange(24) + 0.5
+    day = np.clip(hours - 7.0, 0.0, 1.0) * (1.0 - np.clip(hours - 19.0, 0.0, 1.0))
+    switch = _smoothed(0.6 + 0.8 * day)
+    switch /= switch.mean()
+    assert not any(any(straight(switch + 0.02 * n, 0.02)) for n in noise)
+
+
+def test_the_release_puts_the_steady_line_first_only_from_the_second_day_and_where_the_profile_is_straight(
+        tmp_path, vitals_model):
+    """Three days of steady traffic through a releaser: on the first day the reference has no rhythm mode
+    and the release never asks for the steady line there; from the second day it asks at some windows and
+    not at others, and only where the released profile is straight over the line's span
+    (``profile_straight``, public)."""
+    from monitor.alarm.baseline import profile_straight
+
+    releaser = _vitals_releaser(tmp_path, vitals_model, epsilon=6.0)
+    asked: dict[int, bool] = {}
+    compare = releaser.reference.compare
+
+    def recording(index, *args, **kwargs):
+        asked[int(index)] = kwargs.get("steady_line", False)
+        straight = profile_straight(releaser.baseline.estimate, index * 900.0, releaser.config.alarm.steady_windows, 900.0)
+        assert not kwargs.get("steady_line") or straight
+        return compare(index, *args, **kwargs)
+
+    releaser.reference.compare = recording
+    _release_days(releaser, 3, [])
+    assert not any(v for i, v in asked.items() if i < 96)
+    later = [v for i, v in asked.items() if i >= 96]
+    assert any(later) and not all(later)

@@ -63,6 +63,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -71,7 +72,8 @@ from monitor.alarm.calibrate import (baseline_problem, baseline_rate_error, flee
                                      span_flag_cap, span_windows)
 from monitor.dp import noise_source
 
-__all__ = ["BaselineEstimate", "BaselineTracker", "profile_level", "profile_load", "profile_spread", "PROFILE_HARMONICS"]
+__all__ = ["BaselineEstimate", "BaselineTracker", "profile_bend", "profile_level", "profile_load", "profile_spread",
+           "profile_straight", "PROFILE_HARMONICS"]
 
 # Harmonics of the day a released profile keeps: a day and night, two shifts, three meals.
 PROFILE_HARMONICS = 3
@@ -88,6 +90,10 @@ PROFILE_DAYS = 3
 # Each day the kappas released before weigh this much less (their precision, ``_average_kappa``):
 # the average's noise settles at 0.45 of one day's and follows a change of make-up within days.
 KAPPA_KEEP = 2.0 / 3.0
+# ``profile_straight``: a line's miss of the released profile beyond this many standard deviations of
+# the profile's noise is a bend, checked at every STRAIGHT_STEP-th window of the line's span.
+STRAIGHT_Z = 2.5
+STRAIGHT_STEP = 6
 
 
 @dataclass(frozen=True)
@@ -588,6 +594,71 @@ def profile_spread(estimate: "BaselineEstimate | None", level: bool = True) -> "
         return ()
     ordered = np.sort(np.clip(np.asarray(parts, dtype=float), *_LOAD_RANGE))
     return tuple(float(x) for x in (ordered[0], ordered[len(ordered) // 2], ordered[-1]))
+
+
+def profile_bend(estimate: "BaselineEstimate | None", window_start: float, windows: int, window_seconds: float
+                 ) -> "tuple[float, float] | None":
+    """How far the least-squares line through the released profile's curve over the ``windows``
+    windows before ``window_start``, extrapolated to that window, misses the curve there, as a share of
+    the day's mean flagged weight, and the standard deviation of that miss from the profile's noise
+    (public: post-processing of the profile). The profile keeps PROFILE_HARMONICS harmonics, so its
+    parts are samples of a smooth curve, evaluated between them exactly, and the miss is a linear
+    function of the parts: what a line through the last hours misses where the day bends (a shift
+    change), and on flat traffic only the profile's noise. None without a profile.
+
+    >>> flat = BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=(1.0,) * 24, profile_error=0.1)
+    >>> [round(x, 3) for x in profile_bend(flat, 43200.0, 36, 300.0)]
+    [0.0, 0.027]
+    """
+    shape = None if estimate is None else estimate.profile_shape
+    if not shape:
+        return None
+    weights, noise = _miss_weights(len(shape), float(window_start) % 86400.0, int(windows), float(window_seconds))
+    return float(abs(weights @ np.asarray(shape, dtype=float))), float(estimate.profile_error or 0.0) * noise
+
+
+def profile_straight(estimate: "BaselineEstimate | None", window_start: float, windows: int, window_seconds: float
+                     ) -> bool:
+    """Whether the released profile is straight over the ``windows`` windows before ``window_start`` and
+    that window (public): at that window and at every STRAIGHT_STEP-th window before it, back to the
+    span's start, a line through the ``windows`` windows before misses the profile's curve by at most
+    STRAIGHT_Z standard deviations of the miss's noise (``profile_bend``). A line through the span
+    then follows the traffic as far as the profile can tell. The profile keeps 3 harmonics, so a shift
+    change that takes an hour shows as a curve that bends all day, and its flat hours are not taken
+    for straight; a curve's inflection is straight at one point only. False without a profile.
+
+    >>> flat = BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=(1.0,) * 24, profile_error=0.1)
+    >>> profile_straight(flat, 43200.0, 36, 300.0), profile_straight(None, 43200.0, 36, 300.0)
+    (True, False)
+    """
+    bends = [profile_bend(estimate, window_start - back * window_seconds, windows, window_seconds)
+             for back in range(0, int(windows) + 1, STRAIGHT_STEP)]
+    if bends[0] is None:
+        return False
+    return all(miss <= STRAIGHT_Z * noise for miss, noise in bends)
+
+
+@lru_cache(maxsize=4096)
+def _miss_weights(parts: int, time_of_day: float, windows: int, window_seconds: float) -> "tuple[np.ndarray, float]":
+    """``profile_bend``'s weights on the profile's parts, and the standard deviation of the miss per unit
+    of ``profile_error``: a function of the calendar alone, the same every day."""
+    spectra = np.fft.rfft(np.eye(parts), axis=1) / parts
+    step = window_seconds * parts / 86400.0
+    now = time_of_day * parts / 86400.0 + step / 2.0 - 0.5  # part k's value is its middle's
+    x = now - step * np.arange(windows, -1, -1, dtype=float)
+    k = np.arange(spectra.shape[1])
+    weight = np.where((k == 0) | (2 * k == parts), 1.0, 2.0)
+    curves = ((np.exp(2j * np.pi * np.outer(x, k) / parts) * weight) @ spectra.T).real  # (points, parts)
+    before = x[:-1] - x[:-1].mean()
+    line = 1.0 / before.size + before * (x[-1] - x[:-1].mean()) / float(before @ before)
+    miss = curves[-1] - line @ curves[:-1]
+    # Each part's noise before smoothing is profile_error over the share of it the kept harmonics keep.
+    keep = min(PROFILE_HARMONICS, parts // 2)
+    kept = np.fft.rfft(miss)
+    kept[keep + 1:] = 0.0
+    noise = float(np.linalg.norm(np.fft.irfft(kept, n=parts))) / math.sqrt(min(1.0, (2 * keep + 1) / parts))
+    miss.setflags(write=False)
+    return miss, noise
 
 
 def _part_of_day(parts: "tuple[float, ...] | None", window_start: float) -> "float | None":

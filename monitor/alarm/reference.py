@@ -40,7 +40,12 @@ curve: the smallest spread of the three on steady traffic (squares summing to 0.
 with the traffic only as fast as 3 hours allow. The curve and the short line hold it from both
 sides, within a tenth of the level's margin of the lower of their statistics: it lags a ramp (a
 false page) and overshoots the flat after one (3 hours after a morning's ramp it stood 46 events
-under the lower guard and missed the surge there).
+under the lower guard and missed the surge there). From the second day it comes before the rhythm
+mode's prediction too, where the release asks for it (``steady_line``: the released profile is
+straight over the line's 3 hours, ``baseline.profile_straight``), and the prediction holds it the same
+way from both sides: on stationary traffic the line's spread (0.116) is half the prediction's (0.23);
+at a shift change the profile bends all day, and the prediction alone compares (docs/alarm.md, "From
+the second day, the steady line first where the profile is straight").
 
 Today's windows count, paged or not: a lasting change (a
 shift that starts, new firmware) pages once and is learnt within the hour. A window that paged
@@ -221,10 +226,11 @@ class RhythmReference:
         Windows the recent mode's steady line goes through (0: none; more than ``trend_windows``),
         once at least half of them were kept. Its statistic comes before the curve's (the threshold
         is its own: through 36 windows a spread of 1.12), held within a tenth of the level's margin
-        of the lower of the curve's and the short line's, from above and from below: through 3
-        hours a line misses a wave's bend (up to 0.33 of the normal count on the shared sets' wave
-        of 0.5), lags a shift change by hours and overshoots the flat after it, where the curve and
-        the short line do not.
+        of the lower of the curve's and the short line's, from above and from below (from the second
+        day, of the rhythm mode's, and only where ``compare`` is asked for it: ``steady_line``): through
+        3 hours a line misses a wave's bend (up to 0.33 of the normal count on the shared sets' wave of
+        0.5), lags a shift change by hours and overshoots the flat after it, where the curve, the short
+        line and the rhythm mode's prediction do not.
     resolution:
         Integer units per event weight.
     """
@@ -405,11 +411,12 @@ class RhythmReference:
         day = math.floor(index * self.window_seconds / 86400.0 + 1e-9)
         return (day + 3) % 7 in self.weekend_days  # 1970-01-01, day 0, was a Thursday (3)
 
-    def _sets(self, index: int) -> tuple[ReferenceMode, list[Prediction], bool]:
+    def _sets(self, index: int, steady_line: bool = False) -> tuple[ReferenceMode, list[Prediction], bool]:
         """The mode, its predictions, each a list of parts (windows, their coefficients), and
         whether the first is the steady line, which its guards hold from both sides: public (the
-        calendar and which windows the monitor released). The first prediction is the mode's own;
-        the recent mode adds the level (``compare`` takes the lower statistic)."""
+        calendar, which windows the monitor released and ``steady_line``, as in ``outline``). The
+        first prediction is the mode's own; the recent mode adds the level (``compare`` takes the
+        lower statistic)."""
         recent = self._last(index, self.recent_windows)
         if self.period is not None:
             # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
@@ -426,7 +433,9 @@ class RhythmReference:
                 parts = [(recent, np.full(len(recent), 1.0 / len(recent)))]
                 for (same, c_same), (before, c_before) in shapes:
                     parts += [(same, c_same / len(shapes)), (before, -c_before / len(shapes))]
-                return "rhythm", [parts], False
+                # The steady line first where it has its windows, this prediction holding it (``compare``).
+                steady = self._longer_part(index, self.steady_windows, trend_coefficients) if steady_line else None
+                return "rhythm", ([[steady], parts] if steady else [parts]), steady is not None
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the last trend_windows windows), so a rising hour is not a surge.
         recent = self._last(index, self.trend_windows)
@@ -437,32 +446,55 @@ class RhythmReference:
         # The curve before the line (the threshold is its own, the line guarding it at a ramp), and the
         # steady line before both (the smallest spread on steady traffic; they guard its bends): each
         # once at least half of its windows were kept.
+        predictions = [[self._first_day_part(ws, c)] for ws, c in sets]
         for count, coefficients, is_steady in ((self.curve_windows, curve_coefficients, False),
                                                (self.steady_windows, trend_coefficients, True)):
-            longer = self._last(index, count) if count else []
-            if longer and 2 * len(longer) >= count:
-                sets.insert(0, (longer, coefficients(longer, index)))
+            longer = self._longer_part(index, count, coefficients)
+            if longer:
+                predictions.insert(0, [longer])
                 steady = is_steady
-        return "recent", [[self._first_day_part(ws, c)] for ws, c in sets], steady
+        return "recent", predictions, steady
+
+    def _longer_part(self, index: int, count: int, coefficients: Callable[[list[int], int], np.ndarray]
+                     ) -> "tuple[list[int], np.ndarray] | None":
+        """The least-squares fit (``coefficients``) through the last ``count`` windows as a prediction
+        part (``_first_day_part``), once at least half of them were kept; None without (0: none)."""
+        windows = self._last(index, count) if count else []
+        if not windows or 2 * len(windows) < count:
+            return None
+        return self._first_day_part(windows, coefficients(windows, index))
 
     def _first_day_part(self, windows: list[int], coefficients: np.ndarray) -> tuple[list[int], np.ndarray]:
-        """One of the first day's predictions: bridged over its windows that paged, unless they are
-        most of its set, a ramp it must learn (module docstring)."""
+        """A fit through the last windows (the first day's predictions, and the steady line's on the days
+        after): bridged over its windows that paged, unless they are most of its set, a ramp it must learn
+        (module docstring)."""
         if 2 * sum(self._windows[j][2] for j in windows) > len(windows):
             return windows, coefficients
         return self._bridged(windows, coefficients, keep_newest=True)
 
-    def outline(self, index: int) -> tuple[ReferenceMode, float, float, float, tuple[float, ...]]:
-        """How window ``index`` will be compared (public: the calendar and which windows were
-        released): the mode, the sum of the prediction's squared coefficients, the prediction's
-        relative error (``trend_error`` in the recent mode), the sum of its coefficients cubed
-        (``Comparison.skew_factor``) and its coefficient on each window (``Comparison.prediction``)."""
-        mode, predictions, _ = self._sets(int(index))
+    def outline(self, index: int, steady_line: bool = False
+                ) -> tuple[ReferenceMode, float, float, float, tuple[float, ...]]:
+        """How window ``index`` will be compared (public: the calendar, which windows were
+        released and ``steady_line``): the mode, the sum of the prediction's squared coefficients,
+        the prediction's relative error (``trend_error`` in the recent mode), the sum of its
+        coefficients cubed (``Comparison.skew_factor``) and its coefficient on each window
+        (``Comparison.prediction``).
+
+        ``steady_line``: in the rhythm mode, the steady line (``steady_windows``) comes first, held by the
+        rhythm prediction (``compare``); the release asks for it where the released profile is straight
+        over the line's span (``baseline.profile_straight``). Without it the rhythm prediction alone."""
+        mode, predictions, _ = self._sets(int(index), steady_line)
         squares, cubes, prediction = _described(predictions)
         return mode, squares, self.trend_error if mode == "recent" else 0.0, cubes, prediction
 
+    def steady(self, index: int, steady_line: bool = False) -> bool:
+        """Whether window ``index``'s first prediction is the steady line, held by its guards (public, as
+        ``outline``); the release then passes the window's threshold as ``compare``'s ``level_margin``."""
+        return self._sets(int(index), steady_line)[2]
+
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
-                low_units: int, level_slope: float = 0.0, level_margin: int = 0) -> Comparison:
+                low_units: int, level_slope: float = 0.0, level_margin: int = 0,
+                steady_line: bool = False) -> Comparison:
         """Window ``index``'s statistic, in integer units, for the baseline rate ``m`` (tau in
         1 / resolution), each unit's term clipped to the run's interval [-``low_units``,
         resolution] (``SurgeAlarm.low_units``). Private: only the alarm's noisy answer about it
@@ -481,7 +513,9 @@ class RhythmReference:
         curve (``curve_windows``), the lower of the curve's statistic, the line's plus a tenth of
         ``level_margin`` (``GUARD_DIVISOR``) and the level's plus ``level_margin``; with a steady
         line (``steady_windows``) its statistic first, and the curve's plus a tenth too, and the
-        steady line's no lower than the lower of its guards' minus that tenth. Each of these is a
+        steady line's no lower than the lower of its guards' minus that tenth. In the rhythm mode, with
+        ``steady_line`` (public, as in ``outline``), the steady line's statistic held within that tenth of
+        the rhythm prediction's. Each of these is a
         minimum or maximum of statistics that one person moves within the run's interval, plus
         public margins, so it moves within that interval too."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
@@ -491,14 +525,19 @@ class RhythmReference:
             raise ValueError(f"level_slope must be a non-negative number, got {level_slope!r}")
         if int(level_margin) != level_margin or level_margin < 0:
             raise ValueError(f"level_margin must be a non-negative integer, got {level_margin!r}")
-        mode, predictions, steady = self._sets(int(index))
+        mode, predictions, steady = self._sets(int(index), steady_line)
         if not predictions:
             return Comparison(int(units.sum()) - m * int(units.size), "baseline")
         first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
         # The level (last) counts where it is lower by the margin; the line under a curve where it is
         # lower by a share of it (at 0 the line's own noise took the curve's smaller spread back).
         guard_margin = int(level_margin) // GUARD_DIVISOR
-        if steady:
+        if steady and mode == "rhythm":
+            # The rhythm prediction holds the steady line from both sides: the line lags the day's ramps and
+            # overshoots their ends, where the days before predict them.
+            (rhythm,) = others
+            first, others = min(max(first, rhythm - guard_margin), rhythm + guard_margin), []
+        elif steady:
             # The guards hold the steady line from below too: after a bend (3 hours after a ramp, the
             # line through the ramp and the flat overshoots) it stood up to 104 events under the lower
             # and missed the surges there.

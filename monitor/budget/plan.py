@@ -236,7 +236,10 @@ def rhythm_note(settings) -> str:
     first = (f"; before a day of history it follows {curve} its level, where that is lower by a whole "
              f"threshold (an hour that stopped falling), and a page then holds for {settings.trend_hold} "
              "windows, until the trend has gone through the change (alarm.trend_hold_windows)")
-    return RHYTHM_NOTE + level + first + (f"; weekend days (UTC weekdays {days}; 0 = Monday) only with days of their own kind, "
+    steady = (f"; from the second day, at hours where the released profile is straight, the last {settings.steady_windows} "
+              "windows' line comes first, held within a tenth of a threshold of that (alarm.steady_windows)"
+              if settings.steady_windows else "")
+    return RHYTHM_NOTE + steady + level + first + (f"; weekend days (UTC weekdays {days}; 0 = Monday) only with days of their own kind, "
                           "and a day with none of its kind in the last two (a Saturday, a Monday) following the last hour's trend "
                           "(alarm.weekend_days)" if days else "")
 
