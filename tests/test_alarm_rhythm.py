@@ -461,7 +461,7 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_sl
             if j >= 16:
                 c = ref.compare(j, units, tuple(ents), m, low, level_slope=level_slope, level_margin=margin,
                                 steady_line=bool(steady))
-                assert c.mode == mode and ref.steady(j, steady_line=True) == bool(steady)
+                assert c.mode == mode and ref._sets(j, steady_line=True)[2] == bool(steady)
                 stats[case].append(c.statistic)
             ref.learn_one(j, units, tuple(ents))
     T = int(np.median(stats["without"]))
@@ -751,11 +751,11 @@ def test_from_the_second_day_the_steady_line_comes_first_and_the_rhythm_predicti
 
     flat = ref_for(lambda j: 400, 626)
     mode, squares, *_ = flat.outline(626, steady_line=True)
-    assert mode == "rhythm" and flat.steady(626, steady_line=True) and squares == pytest.approx(0.116, abs=0.001)
+    assert mode == "rhythm" and flat._sets(626, steady_line=True)[2] and squares == pytest.approx(0.116, abs=0.001)
     assert flat.compare(626, np.array([400]), ["a"], m=0, low_units=4096, level_margin=200,
                         steady_line=True).statistic == 0
     # Without it (the release found the profile bent there) the rhythm prediction alone.
-    assert not flat.steady(626) and flat.outline(626)[1] == pytest.approx(1 / 12 + (1 / 5 + 1 / 12) / 2)
+    assert not flat._sets(626)[2] and flat.outline(626)[1] == pytest.approx(1 / 12 + (1 / 5 + 1 / 12) / 2)
     ramp = lambda j: 400 + 40 * min(20, max(0, j % 288 - 100))  # noqa: E731  every day, windows 100 to 120
     for index, side in ((576 + 108, 1), (576 + 130, -1)):  # on the ramp; 10 windows after its end
         ref = ref_for(ramp, index)
@@ -769,7 +769,7 @@ def test_from_the_second_day_the_steady_line_comes_first_and_the_rhythm_predicti
     plain = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10)
     for j in range(626):
         plain.learn_one(j, np.array([400]), ["a"])
-    assert not plain.steady(626, steady_line=True) and plain.outline(626, steady_line=True)[1] == pytest.approx(1 / 12 + (1 / 5 + 1 / 12) / 2)
+    assert not plain._sets(626, steady_line=True)[2] and plain.outline(626, steady_line=True)[1] == pytest.approx(1 / 12 + (1 / 5 + 1 / 12) / 2)
 
 
 def _level_is_lower(statistics: list[int], margin: int) -> bool:

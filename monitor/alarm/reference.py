@@ -487,11 +487,6 @@ class RhythmReference:
         squares, cubes, prediction = _described(predictions)
         return mode, squares, self.trend_error if mode == "recent" else 0.0, cubes, prediction
 
-    def steady(self, index: int, steady_line: bool = False) -> bool:
-        """Whether window ``index``'s first prediction is the steady line, held by its guards (public, as
-        ``outline``); the release then passes the window's threshold as ``compare``'s ``level_margin``."""
-        return self._sets(int(index), steady_line)[2]
-
     def compare(self, index: int, units: np.ndarray, entities: Sequence[str | None], m: int,
                 low_units: int, level_slope: float = 0.0, level_margin: int = 0,
                 steady_line: bool = False) -> Comparison:
