@@ -414,6 +414,7 @@ def summarise(results: list[dict], contamination: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=1, help="seeds run from this one (more seeds in another process)")
     ap.add_argument("--sets", nargs="*", help="data sets (default: every set with at least 3,000 rows)")
     ap.add_argument("--scales", nargs="*", default=None, help="people:share, e.g. 1500:0.05 10000:0.01")
     ap.add_argument("--kinds", nargs="*", default=["rows"], help="anomaly kinds: rows (the set's outliers) and/or "
@@ -454,7 +455,7 @@ def main() -> None:
     for people, share in ([] if args.from_json else scales):
         for name in sets:
             for kind in args.kinds:
-                for seed in range(1, args.seeds + 1):
+                for seed in range(args.first_seed, args.first_seed + args.seeds):
                     # Quiet days do not depend on the anomaly kind: one per set, seed and scale.
                     r = run_one(base, name, people, share, seed, quiet=kind == args.kinds[0], kind=kind,
                                 traffic_kappa=args.kappa == "traffic")
