@@ -304,11 +304,14 @@ class WindowReleaser:
             load = profile_load(est, window.start)
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
                 slope, margin = 0.0, 0
-                steady_line, (mode, coefficients, relative_error, cubes, prediction) = self._outline(index, est, window.start)
-                if mode != "baseline" and a.threshold_follows_level:
-                    # The line covers every level from 0 to 4 times the hour's: it lies lowest at the best estimate.
-                    load = profile_level(est, window.start) or load
-                    slope = self.alarm.level_line(est, coefficients, relative_error, load, cubes, prediction=prediction)[0]
+                # The line covers every level from 0 to 4 times the hour's: it lies lowest at the best estimate.
+                level_load = (profile_level(est, window.start) if a.threshold_follows_level else None) or load
+                steady_line, (mode, coefficients, relative_error, cubes, prediction) = self._outline(
+                    index, est, window.start, level_load)
+                if mode != "baseline":
+                    load = level_load
+                    if a.threshold_follows_level:
+                        slope = self.alarm.level_line(est, coefficients, relative_error, load, cubes, prediction=prediction)[0]
                 if mode == "recent" or steady_line:
                     # The first day's level overrules its trend only a whole threshold below it; the guards
                     # hold a steady line within a tenth of it.
@@ -380,10 +383,12 @@ class WindowReleaser:
         if reason is not None:
             self.baseline.refit(reason)
 
-    def _outline(self, index: int, est: BaselineEstimate, window_start: float) -> tuple[bool, tuple]:
+    def _outline(self, index: int, est: BaselineEstimate, window_start: float, load: "float | None"
+                 ) -> tuple[bool, tuple]:
         """How window ``index`` is compared (``RhythmReference.outline``), and whether the steady line comes
         first in the rhythm mode (its ``steady_line``): where the released profile is straight over the
-        line's span (``profile_straight``) and the line's threshold is the lower. Public inputs only."""
+        line's span (``profile_straight``) and the line's threshold at the window's ``load`` is the lower.
+        Public inputs only."""
         a = self.config.alarm
         plain = self.reference.outline(index)
         if (plain[0] != "rhythm" or not a.steady_windows
@@ -392,7 +397,6 @@ class WindowReleaser:
         steady = self.reference.outline(index, steady_line=True)
         if steady == plain:
             return False, plain
-        load = (profile_level(est, window_start) if a.threshold_follows_level else None) or profile_load(est, window_start)
         if self._outline_threshold(est, steady, load) < self._outline_threshold(est, plain, load):
             return True, steady
         return False, plain

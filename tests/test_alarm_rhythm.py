@@ -896,6 +896,11 @@ def test_budget_says_which_days_are_compared_only_with_their_own_kind(vitals_mod
     assert "weekend days (UTC weekdays 5, 6; 0 = Monday) only with days of their own kind" in out["summary"]
 
 
+def _profiled(shape, error: "float | None" = None) -> BaselineEstimate:
+    """A daily baseline whose released profile is ``shape`` (24 parts) with ``profile_error`` ``error``."""
+    return BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=tuple(shape), profile_error=error)
+
+
 def _smoothed(values: np.ndarray) -> np.ndarray:
     """``values`` per part of the day kept to PROFILE_HARMONICS harmonics, as a released profile is."""
     from monitor.alarm.baseline import PROFILE_HARMONICS
@@ -914,20 +919,18 @@ def test_a_lines_miss_of_the_profile_is_its_curves_and_its_noise_the_profiles():
 
     wave = lambda hours: 1.0 + 0.5 * np.sin(2 * np.pi * hours / 24.0) + 0.2 * np.cos(6 * np.pi * hours / 24.0)  # noqa: E731
     parts = (np.arange(24) + 0.5)  # each part's value is its middle's
-    est = BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=tuple(wave(parts)), profile_error=0.1)
+    est = _profiled(wave(parts), 0.1)
     for start in (0.0, 3 * 3600.0 + 1500.0, 7 * 3600.0, 19.5 * 3600.0):
         middles = (start + 150.0 - 300.0 * np.arange(36, -1, -1)) / 3600.0
         slope, intercept = np.polyfit(middles[:-1], wave(middles[:-1]), 1)
         assert profile_bend(est, start, 36, 300.0)[0] == pytest.approx(abs(wave(middles[-1]) - slope * middles[-1] - intercept),
                                                                        abs=1e-9)
-    flat = BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=(1.0,) * 24, profile_error=0.1)
+    flat = _profiled((1.0,) * 24, 0.1)
     assert all(profile_bend(flat, h * 1800.0, 36, 300.0)[0] < 1e-12 for h in range(48))
     rng = np.random.default_rng(11)
     noise = _smoothed(rng.normal(0.0, 0.1, size=(4000, 24)))
-    stated = profile_bend(BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=(1.0,) * 24,
-                                           profile_error=float(noise.std())), 5 * 3600.0, 36, 300.0)[1]
-    misses = [profile_bend(BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=tuple(1.0 + n)), 5 * 3600.0,
-                           36, 300.0)[0] for n in noise]
+    stated = profile_bend(_profiled((1.0,) * 24, float(noise.std())), 5 * 3600.0, 36, 300.0)[1]
+    misses = [profile_bend(_profiled(1.0 + n), 5 * 3600.0, 36, 300.0)[0] for n in noise]
     assert float(np.sqrt(np.mean(np.square(misses)))) == pytest.approx(stated, rel=0.06)
 
 
@@ -940,8 +943,7 @@ def test_the_profile_is_straight_where_the_day_is_flat_and_bent_all_day_at_a_shi
     from monitor.alarm.baseline import profile_straight
 
     def straight(shape, error):
-        est = BaselineEstimate(0.02, 1000.0, 0.0, 1.0, 1, 0.1, profile_shape=tuple(shape), profile_error=error)
-        return [profile_straight(est, w * 300.0, 36, 300.0) for w in range(288)]
+        return [profile_straight(_profiled(shape, error), w * 300.0, 36, 300.0) for w in range(288)]
 
     assert all(straight(np.ones(24), 0.1))
     rng = np.random.default_rng(5)
