@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 log = logging.getLogger("monitor.stream")
 
-__all__ = ["client_settings", "make_consumer", "make_producer", "ensure_topics", "MAX_POLL_RECORDS"]
+__all__ = ["client_settings", "make_consumer", "make_producer", "ensure_topics", "MAX_POLL_RECORDS", "RESTART_SAFE_PRODUCER"]
 
 # Records per poll. Stage 1 parses, scores and windows a poll's records in a few numpy
 # calls whose fixed cost is paid per poll: kafka-python's default (500) spreads it over
@@ -32,6 +32,11 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "max_poll_records": MAX_POLL_RECORDS,
 }
 _PRODUCER_DEFAULTS: dict[str, Any] = {"linger_ms": 5}
+# What a producer into the embedded broker needs to survive a restart of `monitor run`: the
+# broker restarts empty, so an idempotent producer's id is unknown to it and every later send
+# is refused (kafka-python's default). kafka-python's other defaults (acks=all, retries until
+# delivery_timeout_ms, 2 minutes) then carry each send over the restart.
+RESTART_SAFE_PRODUCER: dict[str, Any] = {"enable_idempotence": False}
 
 
 def client_settings(kind: Literal["consumer", "producer", "admin"], passthrough: dict[str, Any]) -> dict[str, Any]:

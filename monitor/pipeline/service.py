@@ -259,7 +259,7 @@ class MonitorService:
             return
         from monitor.pipeline.broker import start_embedded
 
-        self.broker, moved = start_embedded(self.config.stream.embedded_broker_port)
+        self.broker, moved = start_embedded(self.config.stream.embedded_broker_port, ledger=self.config.budget.ledger)
         self._bootstrap = self.broker.bootstrap_servers
         startup.announce_embedded_broker(self._bootstrap, moved)
 

@@ -31,7 +31,7 @@ from typing import Iterator
 
 from monitor.budget.plan import duration, iso, plan_from_config, visibility_report
 from monitor.errors import MonitorError
-from monitor.pipeline.broker import bind_error
+from monitor.pipeline.broker import bind_error, reap_orphans
 
 log = logging.getLogger("monitor.stream")
 
@@ -165,6 +165,10 @@ def check_ports(config, embedded: bool) -> None:
     if config.metrics.operational_port is not None:
         check_port_free(config.metrics.host, config.metrics.operational_port, "metrics.operational_port")
     if embedded:
+        # A broker left behind by a monitor that died (kill -9 where no parent-death signal
+        # exists) would hold 9092 and swallow the producers' events: it goes first.
+        for note in reap_orphans():
+            log.warning("%s", note)
         check_port_free("127.0.0.1", config.stream.embedded_broker_port, "stream.embedded_broker_port")
 
 

@@ -37,15 +37,27 @@ _POLL_MS = 500
 
 
 def resolve_bootstrap(cli_value: str | None, config) -> str | list[str]:
-    """--bootstrap-servers, else stream.bootstrap_servers, else the embedded broker's port
-    (``stream.embedded_broker_port``, or the default the embedded broker takes when free)."""
-    from monitor.pipeline.broker import DEFAULT_EMBEDDED_PORT
+    """--bootstrap-servers, else stream.bootstrap_servers, else the embedded broker of the
+    running ``monitor run`` of this config (found by its ``budget.ledger``, wherever its port),
+    else the embedded broker's port (``stream.embedded_broker_port``, or the default the
+    embedded broker takes when free). A broker there that a dead monitor left behind is
+    refused: its alerts are not current."""
+    from monitor.pipeline.broker import DEFAULT_EMBEDDED_PORT, orphan_on, running_broker
 
     if cli_value:
         return cli_value
     if config.stream.bootstrap_servers:
         return config.stream.bootstrap_servers
-    return f"127.0.0.1:{config.stream.embedded_broker_port or DEFAULT_EMBEDDED_PORT}"
+    running = running_broker(config.budget.ledger)
+    if running is not None:
+        return running
+    port = config.stream.embedded_broker_port or DEFAULT_EMBEDDED_PORT
+    orphan = orphan_on(port)
+    if orphan is not None:
+        raise MonitorError(f"the embedded broker on 127.0.0.1:{port} was left behind by a monitor that is no longer "
+                           f"running (pid {orphan.monitor_pid}): its alerts are not current. Start `monitor run` "
+                           "(it stops that broker and takes its port back), or pass --bootstrap-servers")
+    return f"127.0.0.1:{port}"
 
 
 def row(record: dict) -> tuple[str, str, str, str]:

@@ -19,8 +19,9 @@ of a simulated day (86,400 by default; a few minutes shows a whole day's rhythm 
 the simulated day starts at midnight when the simulator starts.
 
 Which broker: ``--bootstrap-servers``, else ``stream.bootstrap_servers`` from the
-config, else, when the config pins ``stream.embedded_broker_port``, the embedded
-broker that a running ``monitor run --config`` started on that port. Otherwise it
+config, else the embedded broker that a running ``monitor run`` of the same config started
+(found by its ``budget.ledger``, whatever its port), else, when the config pins
+``stream.embedded_broker_port``, the embedded broker on that port. Otherwise it
 stops with a message: an embedded broker of its own would vanish with the simulator,
 with nobody reading it (``monitor demo`` runs broker, monitor and simulator together).
 
@@ -415,6 +416,11 @@ def resolve_bootstrap(cli_value: str | None, config) -> str | list[str]:
         return cli_value
     if config.stream.bootstrap_servers:
         return config.stream.bootstrap_servers
+    from monitor.pipeline.broker import running_broker
+
+    running = running_broker(config.budget.ledger)  # the embedded broker of this config's `monitor run`
+    if running is not None:
+        return running
     if config.stream.embedded_broker_port:
         return f"127.0.0.1:{config.stream.embedded_broker_port}"
     raise MonitorError(
@@ -429,10 +435,14 @@ def open_producer(bootstrap_servers: str | list[str], kafka_settings: dict | Non
     when the broker cannot be reached."""
     from kafka.errors import KafkaError
 
-    from monitor.pipeline.clients import make_producer
+    from monitor.pipeline.clients import RESTART_SAFE_PRODUCER, make_producer
 
     try:
-        return make_producer(bootstrap_servers, kafka_settings or {}, linger_ms=20)
+        # Not idempotent: the embedded broker restarts empty with `monitor run`, and an idempotent
+        # producer's id is then unknown to it, so every later send is refused (measured with
+        # kafka-python's default: 0 of 197 sends in 20 s after a restart). Its acks=all and
+        # retries for up to delivery_timeout_ms still carry each event to the broker that came back.
+        return make_producer(bootstrap_servers, {**RESTART_SAFE_PRODUCER, **(kafka_settings or {})}, linger_ms=20)
     except KafkaError as err:
         raise MonitorError(f"cannot connect to the broker at {bootstrap_servers}: {err}") from None
 
