@@ -354,8 +354,8 @@ def per_person(caps=(2, 3, 4, 6, 8, 12), days: int = 7, seed: int = 7) -> str:
     return f"""### Charging a page only to the people it counts (per-person accounting)
 
 `OMP_NUM_THREADS=1 python bench/bench_alarm.py --per-person --write` ({days} simulated days, seed {seed}, the shipped model
-and `alarm.contamination` {a.contamination:g}; no noise: this counts what a cap would drop). docs/alarm.md ("Why every
-person pays for every page") has the argument: if each person's flagged windows in a run were capped at L, a run
+and `alarm.contamination` {a.contamination:g}; no noise: this counts what a cap would drop). docs/proofs/alarm-run.md#why-every-person-pays-for-every-page
+has the argument: if each person's flagged windows in a run were capped at L, a run
 would cost at most min(epsilon_threshold + c epsilon_page, tau epsilon_threshold + (L + c tau) epsilon_page) for c pages:
 beyond the cap, a page adds only tau epsilon_page. It pays only if the cap drops few flags. Flagged windows per person and UTC day, normal events only, over the
 person-days with at least one:

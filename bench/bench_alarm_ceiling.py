@@ -49,7 +49,7 @@ PAIRS = ((0.1, 0.01), (0.05, 0.005), (0.02, 0.002), (0.05, 0.01), (0.2, 0.02), (
 WINDOWS_PER_30_DAYS = 30 * 288
 # alarm.rhythm_slack values tried beside the configured one: what the width of one person's
 # interval against the rhythm reference costs (a narrower one biased the statistic upwards on
-# the replays: docs/alarm.md, "Why [-L, 1], and a slack of 0.5").
+# the replays: docs/benchmarks/alarm-rhythm.md#trial-history-to-2026-12).
 SLACKS = (0.25, 0.1, 0.0)
 
 
@@ -224,8 +224,8 @@ def main() -> None:
                                    + " and ".join(f"{slacks[(sc, 0.0)] / rows[sc]['exact']:.2f}" for sc in SCALES)
                                    + ", and the plain statistic with the exact rate " + " and ".join(
                                        f"{slacks[(sc, 'plain')] / rows[sc]['exact']:.2f}" for sc in SCALES)
-                                   + ". But a narrower interval lifts the statistic on the replays (docs/alarm.md, "
-                                   "\"Why [-L, 1], and a slack of 0.5\"), and so did shrinking each heavy prediction's "
+                                   + ". But a narrower interval lifts the statistic on the replays (docs/benchmarks/alarm-rhythm.md, "
+                                   "\"Trial history\"), and so did shrinking each heavy prediction's "
                                    "term instead of clipping it (mean zero for a person as predictable as their past): "
                                    "people who draw their readings afresh each window are no more like their own past "
                                    "than like anyone's, so shrinking the heavy ones moves the sum up. With a slack of 0.2 "

@@ -28,6 +28,7 @@ __all__ = [
     "WindowSettings",
     "ReportSettings",
     "AlarmSettings",
+    "ADVANCED_ALARM_KEYS",
     "BudgetSettings",
     "MetricsSettings",
     "MonitorConfig",
@@ -152,6 +153,19 @@ class WindowSettings(_Strict):
     )
 
 
+# The alarm's settings that are constants of its prediction, its schedule or an old override,
+# not choices a user makes: docs/configuration.md lists them apart ("Advanced: constants of the
+# prediction"), after the settings a user decides (docs/alarm.md, "What you decide, and what it
+# costs"). They keep their names and places (the code reads config.alarm.trend_windows etc.);
+# changing one needs the alarm benchmarks rerun (docs/benchmarks/alarm-rhythm.md).
+ADVANCED_ALARM_KEYS = frozenset({
+    "levels_follow_fleet", "recent_windows", "seasonal_windows", "rhythm_slack", "rhythm_slack_follows",
+    "profile_bins", "trend_error", "trend_windows", "curve_windows", "steady_windows", "threshold_follows_level",
+    "threshold", "z", "rate_margin", "run_seconds", "trend_hold_windows", "baseline_refresh_seconds",
+    "epsilon_baseline_flagged", "epsilon_baseline_events", "baseline_flag_cap",
+})
+
+
 class AlarmSettings(_Strict):
     """The continual private surge alarm (docs/design.md#the-alarm): one private yes/no per window, paid only when it pages."""
 
@@ -202,7 +216,7 @@ class AlarmSettings(_Strict):
         True, description="With follow_rhythm: each run opens with the slack, up to rhythm_slack in steps of 0.05, whose "
         "thresholds are lowest on average at the released profile's quietest, middle and busiest hour (at its first "
         "window before a profile), the clip's expected lift counted in the threshold (worked out from the "
-        "prediction's coefficients and the released level; docs/alarm.md, \"The slack follows the reference\"): the pages' "
+        "prediction's coefficients and the released level; docs/alarm.md#traffic-with-a-daily-rhythm): the pages' "
         "noise narrows where the reference's prediction is spread over many windows. Free: chosen from public numbers before "
         "the run's first query. false: every run uses rhythm_slack."
     )
@@ -238,7 +252,7 @@ class AlarmSettings(_Strict):
         "curve's is 1.28 and the rhythm mode's prediction's 1.23). Before a day of history the curve and the line through "
         "trend_windows hold it within a tenth of a threshold of the lower of theirs where the traffic bends, which a line "
         "through 3 hours lags and overshoots; from then on it comes first only where the released profile is straight "
-        "over its 3 hours, and the rhythm mode's prediction holds it (docs/alarm.md, \"A steady line first\")."
+        "over its 3 hours, and the rhythm mode's prediction holds it (docs/alarm.md#traffic-with-a-daily-rhythm)."
     )
     threshold_follows_level: bool = Field(
         True, description="With follow_rhythm: the threshold rises and falls with each window's predicted flagged weight "

@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from monitor.config import MonitorConfig
+from monitor.config import ADVANCED_ALARM_KEYS, MonitorConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -200,12 +200,19 @@ def _default(field) -> str:
     return f"`{text.removesuffix('...').strip()}`"
 
 
-def _rows(model: type[BaseModel], prefix: str) -> Iterator[str]:
+# Keys listed apart, after what a user decides: the alarm's constants of the prediction (monitor/config.py).
+ADVANCED = frozenset(f"alarm.{key}" for key in ADVANCED_ALARM_KEYS)
+
+
+def _rows(model: type[BaseModel], prefix: str, advanced: bool = False) -> Iterator[str]:
+    """One table row per key; ``advanced``: only the ADVANCED keys, else all the others."""
     for name, field in model.model_fields.items():
         ann = field.annotation
         args = typing.get_args(ann)
         if isinstance(ann, type) and issubclass(ann, BaseModel):
-            yield from _rows(ann, f"{prefix}{name}.")
+            yield from _rows(ann, f"{prefix}{name}.", advanced)
+            continue
+        if (f"{prefix}{name}" in ADVANCED) != advanced:
             continue
         if typing.get_origin(ann) is list and args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
             yield f"| `{prefix}{name}` | list | {_default(field)} | {field.description} ({_constraints(field)}) |"
@@ -229,7 +236,19 @@ def config_reference() -> str:
         "| key | type | default | meaning |",
         "|---|---|---|---|",
     ]
-    return "\n".join(head + list(_rows(MonitorConfig, "")))
+    advanced = [
+        "",
+        "## Advanced: constants of the prediction",
+        "",
+        "The alarm's other settings: constants of its prediction and schedule, each chosen by a",
+        "measurement (docs/benchmarks/alarm-rhythm.md, \"Trial history\"), and the old absolute",
+        "threshold. They are read like any other key, but the false-page promise and the figures",
+        "of docs/alarm.md hold at these values; changing one needs the alarm benchmarks rerun.",
+        "",
+        "| key | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    return "\n".join(head + list(_rows(MonitorConfig, "")) + advanced + list(_rows(MonitorConfig, "", advanced=True)))
 
 
 def _usage() -> dict[str, list[str]]:
