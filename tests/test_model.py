@@ -19,10 +19,14 @@ def cluster(n=2000, d=2, seed=0):
 def test_fit_returns_self_and_learned_state():
     m = GridKNN(bounds=B2, random_state=0)
     assert m.fit(cluster()) is m
-    # d = 2: one joint 2-D grid (at most 27 cells: 5 x 5) and two fine one-feature grids;
-    # 5 % of epsilon for the noisy size, the rest split equally.
-    assert [g.features for g in m.grids_] == [(0, 1), (0,), (1,)]
-    assert m.grid_bins_ == (5, 32, 32) and m.grid_epsilons_ == pytest.approx([0.95 / 3] * 3)
+    # d = 2, about 1,500 grid rows: the "tail" rule's one fine joint grid (bins^2 <= n eps / 4:
+    # 18 x 18); 5 % of epsilon for the noisy size, the rest to the grid.
+    assert [g.features for g in m.grids_] == [(0, 1)]
+    assert m.grid_bins_ == (18,) and m.grid_epsilons_ == pytest.approx([0.95])
+    # The rule before it: one coarse joint 2-D grid (5 x 5) and two fine one-feature grids.
+    v4 = GridKNN(bounds=B2, random_state=0, layout_rule="v4").fit(cluster())
+    assert [g.features for g in v4.grids_] == [(0, 1), (0,), (1,)]
+    assert v4.grid_bins_ == (5, 32, 32) and v4.grid_epsilons_ == pytest.approx([0.95 / 3] * 3)
     assert m.epsilon_spent_ == 1.0 and m.size_epsilon_ == pytest.approx(0.05)
     assert abs(m.n_estimate_ - 2000) < 400  # Laplace(20): a miss of 400 has probability e^-20
 

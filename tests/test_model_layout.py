@@ -75,8 +75,16 @@ def test_more_budget_never_coarsens_the_layout_and_it_is_fixed_above_the_cap(d, 
     # For a given size, more epsilon gives at least as many grids and bins at least as fine
     # (so more budget can only add detail on top of less noise), and above the cap the
     # same layout: there more budget only lowers the noise.
+    # Under the "tail" rule a larger budget may trade the coarse grids for ONE fine joint
+    # grid over every feature (d <= 4): then its bins are at least the joint grids' before.
     lays = [default_layout(d, e, n) for e in (0.05, 0.1, 0.2, 0.5, 1.0)]
     for lo, hi in zip(lays, lays[1:]):
+        if len(hi.groups) == 1 and len(hi.groups[0]) == d > 1:
+            assert hi.bins[0] >= lo.bins[0]
+            continue
+        assert len(hi.groups) >= len(lo.groups) and min(hi.bins) >= min(lo.bins)
+    v4 = [default_layout(d, e, n, rule="v4") for e in (0.05, 0.1, 0.2, 0.5, 1.0)]
+    for lo, hi in zip(v4, v4[1:]):
         assert len(hi.groups) >= len(lo.groups) and min(hi.bins) >= min(lo.bins)
     assert min(lay.k for lay in lays) >= K_MIN
     assert default_layout(d, EPSILON_CAP, n) == default_layout(d, 5.0, n) == default_layout(d, 50.0, n)
@@ -97,10 +105,14 @@ def test_small_budget_or_small_size_gives_few_coarse_grids_that_all_keep_cells()
 def test_min_grids_bounds_every_layout_so_the_report_cost_is_known_before_the_fit():
     # config.report_cost charges the report's grid part when the model has more than one
     # grid; the count depends on the noisy size, but never drops below min_grids(d).
+    # The "tail" rule's one fine joint grid (2 <= d <= 4, large n) is one grid: the config
+    # then charges a grid part that such a model never releases (safe: more, never less).
     for d in (1, 2, 3, 5, 40):
-        counts = [len(default_layout(d, e, n).groups) for e in (0.01, 0.3, 5.0) for n in (-50, 1, 80, 10**6)]
+        counts = [len(default_layout(d, e, n, rule="v4").groups) for e in (0.01, 0.3, 5.0) for n in (-50, 1, 80, 10**6)]
         assert min(counts) == min_grids(d)
         assert (min_grids(d) > 1) == (d > 1)
+        tail = [default_layout(d, e, n) for e in (0.01, 0.3, 5.0) for n in (-50, 1, 80, 10**6)]
+        assert all(len(t.groups) >= min_grids(d) or (len(t.groups) == 1 and len(t.groups[0]) == d) for t in tail)
 
 
 @pytest.mark.parametrize("d, eps", [(1, 0.3), (7, 1.0), (30, 0.2), (64, 5.0)])

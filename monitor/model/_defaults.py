@@ -33,8 +33,8 @@ fall as the budget grows there.
 >>> lay = default_layout(10, 1.0, n=1000)
 >>> lay.groups[:3], len(lay.groups)
 (((0, 1, 2), (3, 4, 5), (6, 7, 8)), 17)
->>> lay.bins[0], lay.bins[-1], round(lay.k, 1)  # 7 joint 3^3 + 10 one-feature grids of 32 bins
-(3, 32, 31.6)
+>>> lay.bins[0], lay.bins[-1], round(lay.k, 1)  # 7 joint 3^3 + 10 one-feature grids of 32 bins, k = G / epsilon
+(3, 32, 17.0)
 >>> [len(g) for g in default_layout(10, 1.0, n=60).groups]  # a tiny reference set: 3 coarse grids
 [3, 3, 3]
 """
@@ -59,6 +59,16 @@ EPSILON_CAP = 1.0  # the layout is the same for every epsilon above this
 K_NOISE = 1.0  # k in units of the per-cell noise scale G / epsilon ...
 K_SQRT = 1.0  # ... and at least sqrt(n) ...
 K_MIN = 5.0  # ... and at least exact kNN's k
+# The "tail" rule (the default since issue 63; docs/model.md "The default layout"): what the
+# alarm reads is the top 1 % to 10 % of scores, and there a small k and, for few features, one
+# fine joint grid follow the data where the v4 rule (chosen for AUROC) stayed coarse.
+RULES = ("tail", "v4")
+DEFAULT_RULE = "tail"
+K_SQRT_TAIL = 0.0  # tail: no sqrt(n) term in k (a large k blurs the sparse cells the tail is made of)
+FINE_MAX_D = 4  # tail: up to this many features, one joint grid over all of them ...
+FINE_MIN_BINS = 6  # ... when the arithmetic gives it at least this many bins per axis ...
+FINE_MAX_BINS = 64  # ... and at most this many (its cells stay noised one by one, densely)
+RHO_FINE = 4.0  # ... sized so that its average cell holds RHO_FINE noise scales (measured, docs/benchmarks/model.md)
 SIZE_SHARE = 0.05  # share of the fit's epsilon spent on the noisy reference size n
 LAYOUT_SEED = 0  # public seed of the bagged feature draws
 
@@ -137,7 +147,10 @@ def marginal_features(d: int, n: int) -> tuple[int, ...]:
 
 
 def min_grids(d: int) -> int:
-    """The fewest grids the default rule gives for d features, whatever n and epsilon."""
+    """The fewest grids the v4 rule gives for d features, whatever n and epsilon. What the
+    configuration charges a detailed report's grid part by (monitor.config): the "tail"
+    rule's one fine joint grid for 2 <= d <= FINE_MAX_D is fewer, so the charge is then
+    paid where a one-grid model would not need it (safe: never less than what is used)."""
     return min(MIN_GRIDS, sum(_grid_counts(d, max(1, min(GROUP_SIZE, d)))))
 
 
@@ -149,16 +162,37 @@ def _grid_counts(d: int, p: int) -> tuple[int, int]:
 
 def default_layout(d: int, epsilon: float, n: float, group_size: int | None = None, bins: int | None = None,
                    k: float | None = None, depth: int | None = None, n_grids: int | None = None,
-                   marginals: int | None = None, seed: int | None = None) -> Layout:
+                   marginals: int | None = None, seed: int | None = None, rule: str = DEFAULT_RULE) -> Layout:
     """The grids, bins, k and search depth from d, the grids' epsilon, the public seed and
     ``n``, a differentially private estimate of the number of reference records.
 
     Explicit arguments override the rule: ``group_size``, ``bins`` and ``n_grids`` apply
     to the joint grids, ``marginals`` is the number of 1-feature grids (0 = none).
+    ``rule``: "tail" (the default) or "v4" (the rule before issue 63: k includes sqrt(n),
+    never a fine joint grid). They differ in two places only:
+    - k = max(K_MIN, K_NOISE * G / epsilon) under "tail" (no sqrt(n) term);
+    - "tail", 2 <= d <= FINE_MAX_D and no explicit group_size / n_grids / marginals: when
+      one grid over all d features gets at least FINE_MIN_BINS bins per axis with RHO_FINE
+      noise scales in its average cell (bins^d <= n epsilon / RHO_FINE), the layout is that
+      one grid alone (up to FINE_MAX_BINS). Its cells see the joint structure a coarse grid
+      and the one-feature grids average away, and one grid pays no composition.
+
+    >>> default_layout(3, 1.0, n=15000)  # few features, many rows: one fine joint grid
+    Layout(groups=((0, 1, 2),), bins=(15,), k=5.0, depth=2)
+    >>> default_layout(3, 1.0, n=15000, rule="v4").bins
+    (3, 32, 32, 32)
     """
+    if rule not in RULES:
+        raise ValueError(f"layout rule must be one of {RULES}, got {rule!r}")
     p = max(1, min(group_size if group_size is not None else GROUP_SIZE, d))
     e = min(float(epsilon), EPSILON_CAP)
     n = max(float(n), 1.0)
+    k_sqrt = K_SQRT_TAIL if rule == "tail" else K_SQRT
+    if (rule == "tail" and 2 <= d <= FINE_MAX_D and group_size is None and n_grids is None and marginals is None):
+        b1 = int(bins) if bins is not None else min(FINE_MAX_BINS, math.floor((n * e / RHO_FINE) ** (1.0 / d) + 1e-9))
+        if b1 >= FINE_MIN_BINS:
+            kk = k if k is not None else max(K_MIN, K_NOISE / e, k_sqrt * math.sqrt(n))
+            return Layout((tuple(range(d)),), (b1,), float(kk), int(depth if depth is not None else 2))
     mj_want, mm_want = _grid_counts(d, p)
     if n_grids is not None:
         mj_want = n_grids
@@ -177,6 +211,6 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
     bm = max(MIN_BINS, min(MARGINAL_BINS, math.floor(cells)))
     groups = feature_groups(d, p, mj, seed)
     marg = tuple((f,) for f in marginal_features(d, mm))
-    kk = k if k is not None else max(K_MIN, K_NOISE * g / e, K_SQRT * math.sqrt(n))
+    kk = k if k is not None else max(K_MIN, K_NOISE * g / e, k_sqrt * math.sqrt(n))
     dp = depth if depth is not None else (2 if p <= 4 else 1)
     return Layout(groups + marg, (b,) * len(groups) + (bm,) * len(marg), float(kk), int(dp))

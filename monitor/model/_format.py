@@ -11,7 +11,8 @@ Layout (format version 4)::
                              "composition": ..., "unit": "one reference record (add/remove)"},
                  "size": {"value": <noisy number of reference records>, "epsilon": ...,
                           "mechanism": "laplace_global"},
-                 "layout": {"rule": ..., "group_size", "n_grids", "marginals", "bins"},
+                 "layout": {"rule": ..., "name": "tail" or "v4" (absent before issue 63: v4),
+                            "group_size", "n_grids", "marginals", "bins"},
                  "grids": [{"features": [0, 1, 2], "bins": 5, "epsilon": ..., "keys": [...],
                             "values": [...]}, ...],
                  "calibration": null or {"share": ..., "seed": ..., "epsilon": ...,
@@ -86,7 +87,7 @@ def _private_part(model) -> dict:
         "size": None if getattr(model, "n_estimate_", None) is None else {
             "value": model.n_estimate_, "epsilon": model.size_epsilon_, "mechanism": "laplace_global"},
         "layout": {"rule": "joint+marginal grids sized by the noisy size, monitor 3 (docs/model.md)",
-                   "group_size": model.group_size,
+                   "name": getattr(model, "layout_rule", "v4"), "group_size": model.group_size,
                    "n_grids": model.n_grids, "marginals": model.marginals, "bins": model.bins},
         "grids": [{"features": list(g.features), "bins": g.bins, "epsilon": e, "keys": g.keys.tolist(),
                    "values": g.values.tolist()} for g, e in zip(model.grids_, model.grid_epsilons_)],
@@ -173,7 +174,7 @@ def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, version: int):
         raise ValueError("scoring needs k > 0, an integer max_depth >= 0 and a boolean weighted")
     m = GridKNN(bins=lay["bins"], k=k, epsilon=float(priv["epsilon"]), bounds=bounds, max_depth=depth,
                 weighted=weighted, feature_names=names, group_size=lay["group_size"], n_grids=lay["n_grids"],
-                marginals=lay["marginals"])
+                marginals=lay["marginals"], layout_rule=_rule_name(lay))
     if len(set(names)) != len(names):
         raise ValueError("feature names must be distinct")
     grids = _grids(c["grids"], len(names))
@@ -200,13 +201,23 @@ def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, version: int):
     return _finish(m, names, bounds, grids, eps_list, k, depth, scoring.get("threshold"), scoring.get("contamination"))
 
 
+def _rule_name(lay: dict) -> str:
+    """The layout rule a file was fitted under: its ``layout.name`` (written since issue 63's
+    "tail" rule; the file holds the fitted grids and k in full, so the name only records how
+    they were chosen), "v4" for files written before it."""
+    name = lay.get("name", "v4")
+    if name not in ("tail", "v4"):
+        raise ValueError(f"unknown layout rule {name!r} (this monitor knows 'tail' and 'v4')")
+    return name
+
+
 def _build_v1(c: dict[str, Any], GridKNN):
     """A version 1 file: disjoint groups, equal bins, threshold in unit-cube distance."""
     names, bounds, priv = _features_and_privacy(c)
     p = c["parameters"]
     m = GridKNN(bins=int(p["bins"]), k=float(p["k"]), epsilon=float(priv["epsilon"]), bounds=bounds,
                 max_depth=int(p["max_depth"]), weighted=bool(p["weighted"]), feature_names=names,
-                group_size=int(p["group_size"]), n_grids=None, marginals=0)
+                group_size=int(p["group_size"]), n_grids=None, marginals=0, layout_rule="v4")
     grids = _grids(c["grids"], len(names))
     covered = sorted(f for g in grids for f in g.features)
     if covered != list(range(len(names))):

@@ -23,6 +23,8 @@ LOOKUP_DENSE_MAX = 1 << 22
 # TABLE_SUB sub-cells per axis of a cell.
 TABLE_MAX = 1 << 14
 TABLE_SUB = 16
+# A fine grid (the "tail" rule's one joint grid) still gets 2 sub-cells per axis up to this many.
+TABLE_FINE_MAX = 1 << 20
 # Largest grid we index with int64 keys.
 MAX_CELLS = 1 << 62
 _CHUNK = 8192
@@ -181,9 +183,8 @@ class NoisyGrid:
 
     def _table_sub(self) -> int:
         p = len(self.features)
-        if self.n_cells > TABLE_MAX:
-            return 1
-        return min(TABLE_SUB, int(np.floor((TABLE_MAX / self.n_cells) ** (1.0 / p) + 1e-9)))
+        sub = 1 if self.n_cells > TABLE_MAX else min(TABLE_SUB, int(np.floor((TABLE_MAX / self.n_cells) ** (1.0 / p) + 1e-9)))
+        return 2 if sub < 2 and self.n_cells * 2**p <= TABLE_FINE_MAX else sub
 
     def _score_chunk(self, U, offs, k, weighted):
         X = U[:, list(self.features)] * self.bins

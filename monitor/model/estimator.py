@@ -17,12 +17,15 @@ import numpy as np
 
 from monitor.dp import noise_source
 from monitor.features import check_bounds, scale_to_unit
-from monitor.model._defaults import SIZE_SHARE, default_layout
+from monitor.model._defaults import DEFAULT_RULE, RULES, SIZE_SHARE, default_layout
 from monitor.model._format import check_features, read_model, save_model
 from monitor.model._grid import NoisyGrid, cell_threshold
 from monitor.model.calibration import Calibration, ScoreHistogram, public_edges, split_rows
 
-__all__ = ["GridKNN"]
+__all__ = ["GridKNN", "LEGACY_OPTIONS"]
+
+# The layout rule before issue 63 (format 4's default), for comparison: bench/bench_model_tail.py.
+LEGACY_OPTIONS = {"layout_rule": "v4"}
 
 # Public size and seed of the synthetic sample drawn from the model to set tau from contamination.
 _N_SYNTHETIC = 20000
@@ -75,6 +78,9 @@ class GridKNN:
     group_size, n_grids, marginals:
         Features per joint grid, number of joint grids, and number of fine 1-feature
         grids; ``None`` = the default rule.
+    layout_rule:
+        "tail" (default: k without a sqrt(n) term, one fine joint grid for 2 to 4 features
+        where the noisy size allows) or "v4" (the rule before it); docs/model.md.
     """
 
     def __init__(self, bins: int | None = None, k: float | None = None, epsilon: float = 1.0,
@@ -82,7 +88,7 @@ class GridKNN:
                  weighted: bool = False, contamination: float | None = None, threshold: float | None = None,
                  random_state=None, feature_names: Sequence[str] | None = None, group_size: int | None = None,
                  n_grids: int | None = None, marginals: int | None = None,
-                 calibration_share: float = CALIBRATION_SHARE):
+                 calibration_share: float = CALIBRATION_SHARE, layout_rule: str = DEFAULT_RULE):
         self.bins = bins
         self.k = k
         self.epsilon = epsilon
@@ -97,6 +103,7 @@ class GridKNN:
         self.n_grids = n_grids
         self.marginals = marginals
         self.calibration_share = calibration_share
+        self.layout_rule = layout_rule
 
     # -- fitting --------------------------------------------------------------------------
     def _validate(self) -> None:
@@ -113,6 +120,8 @@ class GridKNN:
         if self.k is not None and not self.k > 0:
             raise ValueError(f"k must be positive or None, got {self.k!r}")
         _check_postprocessing(self.contamination, self.threshold)
+        if self.layout_rule not in RULES:
+            raise ValueError(f"layout_rule must be one of {RULES}, got {self.layout_rule!r}")
         cs = self.calibration_share
         if not (isinstance(cs, (int, float)) and 0 <= cs <= 0.9):
             raise ValueError(f"calibration_share must be a number in [0, 0.9], got {cs!r}")
@@ -127,7 +136,7 @@ class GridKNN:
     def _set_layout(self, n_estimate: float, epsilon_grids: float) -> None:
         """The layout from public settings and the (private) size estimate: post-processing."""
         layout = default_layout(self.bounds_.shape[0], epsilon_grids, n_estimate, self.group_size, self.bins, self.k,
-                                self.max_depth, self.n_grids, self.marginals)
+                                self.max_depth, self.n_grids, self.marginals, rule=self.layout_rule)
         self.groups_, self.grid_bins_, self.k_, self.max_depth_ = layout
 
     def fit(self, X, y=None) -> "GridKNN":
