@@ -25,6 +25,7 @@ PAGES: dict[str, str] = {
     "model": "model.md",
     "model-ceiling": "model.md",
     "model-projections": "model.md",
+    "model-tail": "model.md",
     "calibration": "calibration.md",
     "budget": "budget.md",
     "stream": "stream.md",
