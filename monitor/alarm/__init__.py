@@ -1,4 +1,4 @@
-"""Continual private surge alarms (docs/alarm.md): private maths only, no broker.
+"""Continual private surge alarms (docs/alarm.md; proofs: docs/proofs/README.md): private maths only, no broker.
 
 - ``AboveThreshold``: sparse vector runs over exact integer queries;
 - ``BaselineTracker`` / ``BaselineEstimate``: the normal flagged rate, released on a public schedule;

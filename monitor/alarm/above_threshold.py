@@ -1,62 +1,27 @@
 """AboveThreshold, the sparse vector technique, on exact integers (docs/design.md#the-alarm).
 
-One *run* draws a noisy threshold once and answers a stream of queries "is q_i above
+One *run* draws a noisy threshold once and answers a stream of integer queries "is q_i above
 T_i?"; its negative answers are free and each positive answer has a price.
 
-Neighbouring streams. Queries are integers (the caller scales its statistic to a
-fixed resolution). One privacy unit may move every query of the run, each by an
-amount in an interval of width ``width`` that contains 0, e.g. [-tau, 1 - tau] for the
-surge statistic f - tau n at resolution 1 (one event per unit per window). The
-intervals of a run's queries may differ (tau follows a baseline) as long as each is
-[-m_i, width - m_i] with every m_i of the run in one band [m_lo, m_lo + drift] inside
-[0, width]: ``drift`` is that band's width.
+Neighbours: one privacy unit may move every query of the run, each by an amount in
+[-m_i, width - m_i], an interval of width ``width`` that contains 0 (e.g. [-tau, 1 - tau] for
+the surge statistic f - tau n at resolution 1), every m_i of the run in one band
+[m_lo, m_lo + drift] inside [0, width]. ``reach`` bounds the largest move in one direction
+(at most max(width - m_lo, m_lo + drift) <= width; 1 for the rhythm reference's [-L, 1]).
 
-Guarantee, per outcome. With threshold noise of scale reach / epsilon_threshold and
-query noise of scale (width + drift) / epsilon_positive, every output sequence o with k(o)
-positive answers has
+Guarantee, per outcome: with threshold noise of scale reach / epsilon_threshold and query
+noise of scale (width + drift) / epsilon_positive, every output sequence o with k(o) positive
+answers has P[o | D] <= exp(epsilon_threshold + k(o) epsilon_positive) P[o | D'] for
+neighbouring D, D'. So a caller may pay as it goes: charge epsilon_threshold when the run
+starts and epsilon_positive with each positive answer, and ask only when its budget could pay
+one more (a privacy filter); a run that stops after c positives is
+(epsilon_threshold + c epsilon_positive, 0)-DP. Both noises are one-sided, |Z| for Z OpenDP's
+discrete Laplace (``NoiseSource.folded_discrete_laplace``): the proof shifts each only
+upwards. Proof: docs/proofs/alarm-run.md; tests: ``tests/test_alarm.py`` computes every
+answer sequence's exact probability under both neighbours (``tests/svt_exact.py``).
 
-    P[o | D] <= exp(epsilon_threshold + k(o) epsilon_positive) P[o | D']
-
-for neighbouring D, D' (Lyu, Su, Li 2017, proof of Theorem 2: shift the threshold noise
-by the largest upward move s = max_i (width - m_i) <= width, which keeps every negative
-answer, and each positive answer's noise by s - move_i, at most
-(width - m_lo) + (m_lo + drift) = width + drift; not twice a sensitivity as for
-arbitrary +-Delta queries). ``reach`` bounds the move in either direction: the proof runs
-from D to D' and from D' to D, and the threshold noise is shifted by the largest move in the
-direction at hand, at most max(width - m_lo, m_lo + drift) <= width. For the interval
-[-L, 1] of the rhythm reference's clipped terms (width 1 + L, L < 1) the threshold noise
-needs scale 1 / epsilon_threshold, not (1 + L) / epsilon_threshold; the positive answers
-still need width + drift (a move of +1 on the quiet answers and -L on a positive one).
-With drift = 0 (one tau for the whole run) that is the
-plain width-1 argument; a tau that moved freely inside a run would need
-width + (tau_max - tau_min) per positive, which the run did not pay for. So a caller may pay as it goes:
-charge epsilon_threshold when the run starts and epsilon_positive with each positive
-answer, and ask a query only when its budget could pay for one more positive answer.
-Every possible output then stays within the budget, which is pure DP for the whole
-run (a privacy filter, Rogers, Roth, Ullman, Vadhan 2016); a run that stops after c
-positives is (epsilon_threshold + c epsilon_positive, 0)-DP.
-
-One-sided noise. Both shifts of that proof are upwards, in both directions: s >= 0
-because every interval contains 0, and s - move_i >= 0 because s is the largest move.
-So the proof asks of each noise only that its probability fall by at most
-exp(epsilon) from x to x + shift, for every x it can take and every shift up to its
-bound (the threshold's sum over x is then moved by s inside its own support, and a
-positive answer's noise by s - move_i inside its own); nothing is asked of it below its
-smallest value. Both noises are therefore drawn one-sided: |Z| for Z discrete Laplace of
-the scales above (``NoiseSource.folded_discrete_laplace``), whose probabilities fall by
-exactly exp(-shift / scale) from every x >= 1 (from 0 they fall less: P(shift) = 2
-exp(-shift / scale) P(0)). The same epsilon buys a noise with no lower tail: a surge's
-answer is never pushed down by its own noise. Its upper tail is twice the Laplace's at
-the same scale, P(|Z| >= t) = 2 P(Z >= t), which the public threshold, derived for this
-noise, absorbs (``calibrate``). Liu, Wang, Liu, Li, Chen 2024 ("Accuracy-enhanced Sparse
-Vector Technique with Exponential Noise") find exponential noise the best of the noises
-SVT admits. ``tests/test_alarm.py`` computes every answer sequence's exact probability
-under both neighbours (``tests/svt_exact.py``) and checks the bound above, and that a
-threshold noise with a lower tail instead breaks it.
-
-Float safety: every value is an integer and the noise is OpenDP's discrete Laplace, folded,
-so "q_i + nu_i >= T_i + rho" is an exact comparison; no rounding can break the
-coupling the proof relies on.
+Float safety: every value is an integer and the noise is discrete, so "q_i + nu_i >= T_i +
+rho" is an exact comparison (docs/design.md#floating-point).
 
 >>> run = AboveThreshold(epsilon_threshold=0.5, epsilon_positive=0.5, width=1, rng=3)
 >>> run.start()

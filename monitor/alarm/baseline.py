@@ -1,50 +1,24 @@
 """The normal flagged rate the surge alarm measures against, estimated privately.
 
-The alarm's statistic is f - tau n (flagged events minus the expected number of them),
-so tau must follow the normal flagged rate: a deployment's live data never match the
-model's reference exactly, and the rate drifts. On a public schedule the tracker
-releases the flagged and event totals of the windows since its last estimate, with
-Laplace noise, and tau = flagged / events is post-processing of those two releases.
+The alarm's statistic is f - tau n, so tau must follow the normal flagged rate: live data never
+match the model's reference exactly, and the rate drifts. On a public schedule the tracker
+releases the totals of the windows since its last estimate with Laplace noise; tau = flagged /
+events, kappa = E[w^2] / E[w], the day's profile and their averages over days are
+post-processing. ``learn_one`` takes each event's weight in [0, 1] (docs/design.md#graded-weights).
 
-Graded weights (docs/design.md#graded-weights). ``learn_one`` takes each event's weight in [0, 1] (a plain
-flag is weight 0 or 1), so tau is the normal mean weight; clipping and sensitivities are
-in weight units, and one event still adds at most 1.
+Sensitivity: one privacy unit keeps at most one event per window, so over a span of W windows
+it moves the event total by at most W; its weights are clipped at a public cap per span
+(``flag_cap`` for the warm-up, then ``calibrate.span_flag_cap`` from the last released
+traffic), so it moves the flagged total by at most min(cap, W). Every flagged release is a
+histogram whose cells split that clipped weight, so each has the total's L1 sensitivity:
+``release_kappa``'s two parts sum(w^2) and sum(w - w^2); the profile over the parts of the day
+(``profile_bins``); the normal traffic's parts for the report (``epsilon_parts``, daily
+estimates only). With ``levels`` (a ladder of level pairs) the event count is released first,
+the rung chosen from it (``calibrate.fleet_rung``), and only that rung's totals are released.
 
-Sensitivity. With an entity field, one privacy unit keeps at most one event per window,
-so over a span of W windows it moves the event total by at most W; its flagged events
-are clipped at a cap per span (public; a normal person is rarely flagged), so it moves
-the flagged total by at most min(cap, W). Each total gets Laplace noise of that
-sensitivity over its epsilon. The error left in tau n_i is then about
-cap / (epsilon_flagged W) events per window: a fraction of an event for a daily span,
-where unclipped totals would leave 1 / epsilon_flagged. The warm-up span's cap is
-``flag_cap``; a later span's grows with the last released traffic
-(``calibrate.span_flag_cap``), since clipping busy people biases tau by a share of n tau
-while a window's spread is only sqrt(n tau). Without an entity field each event is its
-own unit and both sensitivities are 1.
-
-Kappa (docs/alarm.md). The alarm's threshold scales with kappa = E[w^2] / E[w] of normal
-weights, which the model's calibration histogram pins down poorly (0.62 to 0.74 where the
-traffic's own was 0.26 to 0.71). With ``release_kappa`` the flagged total is released as
-two parts instead of one: sum(w^2) and sum(w - w^2). Both are non-negative and a unit's
-two contributions add up to its clipped weight, so the pair has the flagged total's L1
-sensitivity and costs the same epsilon; the total is their sum (twice the noise variance)
-and kappa their ratio, free.
-
-Normal traffic's parts (docs/report.md). With ``epsilon_parts`` set, ``learn_one`` also takes
-each event's part (the feature that finds it most unusual, ``monitor.report.part_of``)
-and every estimate after the warm-up also releases the span's flagged weight per part:
-one histogram; a unit's events may land in different parts, but its shares over the parts
-sum to its clipped weight, at most the cap, so its L1 sensitivity is
-the flagged total's (Laplace of that scale on every part). Its shares say how much of
-the normal flagged weight each feature carries on this traffic: what a report's excess is
-measured against. The warm-up estimate leaves them out: over its few windows the same
-epsilon would leave them mostly noise.
-
-Levels that follow the fleet (docs/alarm.md). With ``levels`` (a ladder of the alarm's level
-pairs, ``calibrate.level_ladder``) ``learn_one`` takes each event's weight at every rung and
-keeps each rung's clipped totals apart. ``release`` releases the event count first, chooses
-the rung from it (``calibrate.fleet_rung``: post-processing of a released value) and then
-releases that rung's totals only, so the estimate costs what one rung's does.
+Guarantee: each estimate is (epsilon_flagged + epsilon_events [+ epsilon_parts], 0)-DP for
+add/remove neighbours (the warm-up's flagged epsilon is its own). Proof:
+docs/proofs/baseline.md. Without an entity field each event is its own unit.
 
 >>> import numpy as np
 >>> t = BaselineTracker(epsilon_flagged=1.0, epsilon_events=1.0, window_seconds=60, warmup_seconds=120,

@@ -6,10 +6,8 @@ two calibrated score levels: 0 below the level that a share ``contamination_grad
 normal events exceeds, 1 above the level that a share ``contamination`` exceeds. One
 privacy unit (one event per window) still moves the window's sum of weights by an
 amount in [0, 1], so the statistic a_i = sum w - tau n_i moves within [-tau, 1 - tau]:
-an interval of width 1, and the AboveThreshold argument is unchanged. Weights are
-quantised to integers in [0, RESOLUTION] (:func:`weight_units`) so every comparison
-stays exact (docs/design.md#floating-point); the clip is applied to the integers, so no rounding can widen
-the interval.
+an interval of width 1, and the AboveThreshold argument is unchanged. Weights are integers in
+[0, RESOLUTION] (:func:`weight_units`), clipped as integers: no rounding can widen the interval.
 
 Threshold. Under normal traffic a_i is the sum of n_i weights minus tau_hat n_i. Its
 spread comes from (1) the weights' own variation, n (tau kappa - tau^2) with kappa =
@@ -23,14 +21,13 @@ smallest number of excess events with
 
 where X has variance n (tau kappa - tau^2) + (sd_tau n)^2 and the right skew of a sum of weights in
 [0, 1] (third cumulant at most n tau kappa): a shifted gamma variable, since a normal one
-understates the tail of a count of rare events (3 times at 1,500 people, 1.6 times at
-12,500, at 3.8 sd). A prediction of the window from earlier ones (the rhythm reference)
-multiplies the variance by its ``variance_factor`` but not the third cumulant: its terms enter
-that cubed and with the opposite sign, which only lowers it (``_normal_spread``). This is a function of public numbers only (the config, the released baseline, the model's
-public calibration). It is scale-free: it grows like sqrt(n), so no absolute count is
-left to tune. Averaging the Gaussian baseline error into the tail is what makes the
-rate an expectation over days with good and bad baselines (a baseline two sd off still
-pages more often that day; the rate holds over the month).
+understates the tail of a count of rare events. A prediction of the window from earlier ones
+(the rhythm reference) multiplies the variance by its ``variance_factor`` but not the third
+cumulant: its terms enter that cubed and with the opposite sign, which only lowers it
+(``_normal_spread``). T is a function of public numbers only (the config, the released
+baseline, the model's public calibration), so everything here is post-processing; the
+statistic's privacy: docs/proofs/alarm-run.md. T grows like sqrt(n): scale-free; with the
+baseline's error averaged into the tail the rate holds over days of good and bad baselines.
 
 >>> T = false_page_threshold(rate=0.02, events=10_000, rate_error=0.0005, epsilon_threshold=0.6,
 ...                          epsilon_page=0.5, false_pages_per_30_days=1.0, window_seconds=300)

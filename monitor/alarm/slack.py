@@ -1,10 +1,10 @@
-"""How narrow a run's interval against the rhythm reference may be (docs/alarm.md, "The slack
-follows the reference").
+"""How narrow a run's interval against the rhythm reference may be (docs/alarm.md#traffic-with-a-daily-rhythm;
+the interval's proof: docs/proofs/rhythm-interval.md).
 
 Each person's term against the rhythm reference is clipped to [-L, 1] with L = the top of the
 run's tau band + the slack (``SurgeAlarm.open_run``), and the pages' noise grows with the width
-1 + L: it is the largest cost of privacy left in the statistic (``bench_alarm_ceiling.py``: at slack
-0.5 its ceiling is 0.82 of the exact detector at 1,500 people, at 0.25 0.86). A narrower interval
+1 + L: it is the largest cost of privacy left in the statistic (measured by ``bench_alarm_ceiling.py``:
+docs/benchmarks/alarm-rhythm.md#the-statistics-ceiling-on-stationary-traffic). A narrower interval
 has one price, the clip at -L: a person who weighs nothing now but whose prediction is heavy
 (flagged in the windows the prediction weighs most) has a term below -L, and clipping it lifts the
 statistic. How much is a matter of the prediction's coefficients (public: the calendar and which

@@ -17,25 +17,18 @@ given; quiet windows are free. A positive answer pages; the alarm then holds for
 pays once) and resumes with the same run. The caller decides how long a run lasts (the
 releaser: a quiet run goes on, one that has paged ends at its calendar boundary).
 
-Exactness: tau is rounded to a multiple of 1 / RESOLUTION (post-processing) and each
-weight is an integer number of 1 / RESOLUTION, so RESOLUTION a_i = U_i - m n_i (U_i the
-window's weight units) is an integer, and so is every comparison.
-
-One tau band per run. The AboveThreshold argument couples every window a run answers,
-so the interval [-tau, 1 - tau] by which a person moves a_i must stay put for the whole
-run: were tau to move from tau_min to tau_max inside a run (a baseline refresh), a page
-would cost epsilon_page (1 + tau_max - tau_min), not epsilon_page. A run therefore fixes,
-when it opens, a band of width TAU_BAND around its baseline's rate; the rate it uses is
-clamped into that band, the pages' noise is widened by the band (1 + TAU_BAND times the
-plain scale, so each page still costs exactly epsilon_page), and ``accepts`` tells the
-caller when a new baseline has left the band, so that it ends the run and opens one
-around the new rate.
+Exactness: tau is rounded to a multiple of 1 / RESOLUTION (post-processing) and each weight
+is an integer number of 1 / RESOLUTION, so RESOLUTION a_i is an integer, and so is every
+comparison. One tau band per run: a run fixes, when it opens, a public band of width TAU_BAND
+around its baseline's rate, clamps the rate it uses into it and widens the pages' noise by it
+(each page still costs exactly epsilon_page); ``accepts`` tells the caller when a new baseline
+has left the band, so that it ends the run (a tau that moved freely would cost more per page).
 
 Guarantee: a run that pages k times is (epsilon_threshold + k epsilon_page, 0)-DP for
 entity-level neighbours over all the windows it answers, for every outcome (see
-``AboveThreshold``). The caller charges epsilon_threshold over the run's span when it
-opens, epsilon_page over the same span with each page, and asks (``can_page``) only
-when its budget could pay for a page.
+``AboveThreshold``). The caller charges epsilon_threshold over the run's span (from its first
+window less the reference's reach: docs/budget.md) when it opens, epsilon_page over the same span
+with each page, and asks (``can_page``) only when its budget could pay. Proof: docs/proofs/alarm-run.md.
 
 >>> alarm = SurgeAlarm(epsilon_threshold=1.0, epsilon_page=1.0, threshold=20, z=3.0, hold_windows=2, rng=1)
 >>> base = BaselineEstimate(rate=0.01, events_per_window=1000, span_start=0, span_end=60, span_windows=1, epsilon=0.2)

@@ -2,7 +2,8 @@
 
 The statistic RESOLUTION a_i = U_i - m n_i is an integer (U_i the window's weight units, m
 the run's tau in 1 / RESOLUTION), so every comparison is exact (docs/design.md#floating-point). A run's tau may
-move within a public band of width TAU_BAND (``monitor.alarm.surge``).
+move within a public band of width TAU_BAND (``monitor.alarm.surge``); why the interval and the band
+keep a run's guarantee: docs/proofs/alarm-run.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Private release of the outlier count (docs/design.md#outlier-counts, docs/privacy-count.md).
+"""Private release of the outlier count (docs/design.md#outlier-counts; proof: docs/proofs/smooth-count.md).
 
 Mechanisms (the ``mechanism`` argument, and the name recorded in the release):
 
@@ -32,14 +32,11 @@ epsilon (:func:`student_t_float_loss`). Every release, whatever the mechanism, i
 rounded to a multiple of 2^-8 and clamped to that same public range (post-processing),
 so every value one window can release is also a value its neighbour can release.
 
-"auto" uses the global mechanism for subspaces of 1 or 2 dimensions at every epsilon
-(the kissing numbers are small there, and the smooth bounds of 1-D and 2-D would only
-pay in a few corner cases). Beyond, it compares the expected noise of each valid mechanism at a *typical* smooth
-sensitivity computed from public parameters only (|S|, k, eps, delta), never from the
-window: S_typ(beta) = max_t exp(-beta t)(k + 2t + 1), the value Theorem 6 gives when
-a ball around a point of degree k + t holds about k + t band members (a smooth
-density). It picks the smallest expected standard deviation, preferring the global
-mechanism unless the smooth one is expected to be at least twice as good, because a
+"auto" uses the global mechanism for subspaces of 1 or 2 dimensions at every epsilon (small
+kissing numbers). Beyond, it compares each valid mechanism's expected noise at a *typical*
+smooth sensitivity from public parameters only (|S|, k, eps, delta), never from the window:
+S_typ(beta) = max_t exp(-beta t)(k + 2t + 1) (Theorem 6 at a smooth density), preferring the
+global mechanism unless the smooth one is expected to be at least twice as good, since a
 window whose S exceeds S_typ can cost the smooth mechanism up to 2x the global noise.
 """
 

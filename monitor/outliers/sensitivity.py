@@ -3,7 +3,8 @@
 q(W, S) = number of rows with fewer than k OTHER rows within r under dist_S (Okada et al.,
 section 3.1). Its global sensitivity is at most k K_|S| + 1 (Theorem 4, K_d the
 kissing number); :func:`smooth_sensitivity` is a polynomial-time beta-smooth upper bound
-on its local sensitivity (Theorem 6 with bounded ball packing; docs/design.md#outlier-counts).
+on its local sensitivity (Theorem 6 with bounded ball packing; docs/design.md#outlier-counts;
+proof: docs/proofs/smooth-count.md).
 
 >>> import numpy as np
 >>> X = np.array([[0.0], [0.05], [0.1], [0.9]])

@@ -1,4 +1,4 @@
-"""The detailed report a page comes with: private maths only (no streaming, no Kafka).
+"""The detailed report a page comes with: private maths only (no streaming, no Kafka; proof: docs/proofs/report.md).
 
 - ``release_report``: one window's report (counts, 'where', the seed's optional parts, headline);
 - ``project_nested``, ``project_partition``: consistent numbers by projection (post-processing);

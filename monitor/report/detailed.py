@@ -1,4 +1,8 @@
-"""One window's detailed report: the numbers a page comes with (docs/report.md; docs/design.md#the-report)."""
+"""One window's detailed report: the numbers a page comes with (docs/report.md; docs/design.md#the-report).
+
+Each part is pure DP or (epsilon, delta)-DP on add/remove neighbours, the report their sum by basic
+composition; the consistency projection and the headline are post-processing. Proof: docs/proofs/report.md.
+"""
 
 from __future__ import annotations
 

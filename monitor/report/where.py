@@ -7,7 +7,7 @@ Each flagged event goes to exactly one part, so the parts' counts form a histogr
 one event moves by at most 1 in total (L1 sensitivity 1): Laplace noise of scale
 1 / epsilon on every part releases the whole histogram at epsilon (pure DP, parallel
 composition); which parts stand out is decided from the released counts and public
-numbers only (``monitor.report.simultaneous_low``): post-processing.
+numbers only (``monitor.report.simultaneous_low``): post-processing. Proof: docs/proofs/report.md.
 """
 
 from __future__ import annotations
