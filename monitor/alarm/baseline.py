@@ -53,9 +53,8 @@ __all__ = ["BaselineEstimate", "BaselineTracker", "profile_bend", "profile_level
 PROFILE_HARMONICS = 3
 # The range of a part's load, as a share of the day's mean (``profile_load``, ``profile_level``).
 _LOAD_RANGE = (0.25, 8.0)
-# The share of a span's flagged epsilon spent on its profile; the rest releases the total. The
-# total summed from the profile's cells carried the noise of all 48 of them: at 400 people a
-# window a day's rate came out 0 and the alarm warmed up again for a day. Against the rhythm
+# The share of a span's flagged epsilon spent on its profile; the rest releases the total (a
+# total summed from the profile's cells would carry the noise of all of them). Against the rhythm
 # reference the threshold's count at each hour comes from the profile alone, so it gets most.
 PROFILE_SHARE = 0.75
 # Days of released profiles averaged (equal weights; older days then decay): the shape of a
@@ -295,8 +294,8 @@ class BaselineTracker:
         if rung is not None and self.levels is not None:
             rate *= self.levels[rung][0] / self.levels[self.rung][0]
         # At the whole flagged epsilon, though the total gets a quarter of it beside a profile: a
-        # cap sized for the quarter (16 at 10,000 people) clipped two people in three by the
-        # afternoon, and the profile's evening came out empty.
+        # cap sized for the quarter clipped most people by the afternoon, and the profile's evening
+        # came out empty (docs/benchmarks/alarm-rhythm.md, "Trial history").
         return span_flag_cap(self.flag_cap, self.epsilon_flagged, windows, self.estimate.events_per_window, rate)
 
     def span_bounds(self) -> tuple[float, float] | None:
