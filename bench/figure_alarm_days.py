@@ -8,9 +8,9 @@ each, after the 3-hour warm-up). For every window it records the statistic the a
 and the bar it is compared with (each ``AboveThreshold.test_one`` call, as ``page_chances`` reads
 it: a measurement, not a release) and the window's state, and plots them with the pages.
 
-Run: ``OMP_NUM_THREADS=1 python bench/figure_alarm_days.py`` (about 2 minutes; writes
-docs/figures/alarm_two_days.png). Needs matplotlib (``pip install matplotlib``), which the
-monitor itself does not use.
+Run: ``OMP_NUM_THREADS=1 PYTHONPATH=. python bench/figure_alarm_days.py`` (about 20 s on one core;
+writes docs/figures/alarm_two_days.png; ``--set``, ``--people``, ``--rhythm``, ``--seed`` for others).
+Needs matplotlib (``pip install matplotlib``), which the monitor itself does not use.
 """
 
 from __future__ import annotations
