@@ -74,6 +74,10 @@ PRIVACY = {
     "dp_monitor_consumer_lag_messages": "**NOT private** (operational)",
     "dp_monitor_release_latency_seconds": "**NOT private** (operational)",
     "dp_monitor_late_publications_total": "**NOT private** (operational)",
+    "dp_monitor_intake_window_seconds": "config",
+    "dp_monitor_last_accepted_timestamp_seconds": "**NOT private** (operational)",
+    "dp_monitor_intake_last_window_events": "**NOT private** (operational)",
+    "dp_monitor_intake_usual_window_events": "**NOT private** (operational)",
 }
 
 _HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")

@@ -345,6 +345,25 @@ def test_the_surge_pages_through_the_private_alarm_and_only_then(stack):
     assert _scalar(stack.prom, 'dp_monitor_reports_total{reason="alarm"}') >= 1
 
 
+def test_the_intake_rule_fires_while_no_event_arrives_and_not_on_traffic(stack):
+    """Before the producer starts the monitor is up with zero intake: DPMonitorNoIntake must fire
+    within 2 windows of the start (plus a scrape and an evaluation), and be quiet while events flow."""
+    t0 = stack.surge[0] - SURGE[0]  # the producer's start
+    firing = _times(_range(stack, 'ALERTS{alertname="DPMonitorNoIntake", alertstate="firing"}'))
+    assert any(t < t0 for t in firing), "the intake rule never fired while no event came"
+    # From the first scrape on (Prometheus sees nothing before): the monitor started with no event,
+    # so one window after its start, plus a scrape and an evaluation (1 s each here).
+    started = min(float(v) for s in _range(stack, "dp_monitor_last_accepted_timestamp_seconds") for _, v in s["values"])
+    scraped = _times(_range(stack, f'up{{job="{OPERATIONAL_JOB}"}}'))[0]
+    assert firing[0] - max(scraped, started + WINDOW_S) <= 2 * WINDOW_S + 2.5, \
+        f"fired {firing[0] - started:.1f} s after the start, {firing[0] - scraped:.1f} s after the first scrape"
+    # 3 windows for the first events to be accepted and scraped (the producer's first sends, a scrape, an evaluation)
+    during = [t for t in firing if t > t0 + 3 * WINDOW_S + 2]
+    assert not during, f"fired {len(during)} times while events flowed, first at +{during[0] - t0:.1f} s" if during else ""
+    assert not _times(_range(stack, 'ALERTS{alertname="DPMonitorIntakeCollapsed", alertstate="firing"}')), \
+        "a steady producer is not a collapse"
+
+
 def test_budget_rules_fire_when_the_alarm_cannot_be_paid(stack):
     assert _times(_range(stack, 'ALERTS{alertname="DPMonitorBudgetExhausted", alertstate="firing", ledger="stream"}'))
     assert _times(_range(stack, 'ALERTS{alertname="DPMonitorAlarmSuppressed", alertstate="firing"}'))

@@ -29,6 +29,7 @@ REQUIRED_ALERTS = {
     "DPMonitorSurge", "DPMonitorNoRelease", "DPMonitorBudgetLow", "DPMonitorBudgetExhausted",
     "DPMonitorReferenceBudgetExhausted", "DPMonitorAlarmSuppressed", "DPMonitorDown",
     "DPMonitorOperationalDown", "DPMonitorConsumerLagHigh", "DPMonitorDeadLetterRateHigh",
+    "DPMonitorNoIntake", "DPMonitorIntakeCollapsed",
 }
 
 
@@ -66,6 +67,12 @@ def test_promtool_rule_unit_tests_pass():
     ("DPMonitorSurge", "<= on(instance, job) 2 * dp_monitor_window_size_seconds", "<= on(instance, job) 200 * dp_monitor_window_size_seconds"),
     # a dead-letter rule on the private job
     ("DPMonitorConsumerLagHigh", 'dp_monitor_consumer_lag_messages{job="dp-monitor-operational"}', 'dp_monitor_consumer_lag_messages'),
+    # an intake rule that waits 3 windows (the goal: within 2), or that ignores whether the process is scraped
+    ("DPMonitorNoIntake", '> on(instance, job) dp_monitor_intake_window_seconds', '> on(instance, job) 3 * dp_monitor_intake_window_seconds'),
+    ("DPMonitorNoIntake", 'up{job="dp-monitor-operational"} == 1', 'up{job="dp-monitor-operational"} >= 0'),
+    # a collapse rule that calls every window a collapse, or one that needs the intake to halve 10 times
+    ("DPMonitorIntakeCollapsed", "< on(instance, job) 0.2 *", "< on(instance, job) 2 *"),
+    ("DPMonitorIntakeCollapsed", "< on(instance, job) 0.2 *", "< on(instance, job) 0.001 *"),
 ])
 def test_rule_unit_tests_catch_a_broken_rule(tmp_path, alert, good, broken):
     """The unit tests are not vacuous: each mutation must make promtool fail on that alert."""

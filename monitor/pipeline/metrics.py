@@ -107,6 +107,24 @@ class MonitorMetrics:
             p + "late_publications", "Alerts published after their scheduled time because the release took longer than "
             "window.publish_delay_seconds (operational, NOT private: lateness is a timing channel).", registry=o,
         )
+        # Intake that stops or collapses (monitor.pipeline.intake): a window without events is
+        # released as `quiet`, so the silence must be seen on this side.
+        self.intake_window = Gauge(
+            p + "intake_window_seconds", "Length of the wall-clock windows intake is counted in: window.size_seconds "
+            "(config, on the operational endpoint for its rules).", registry=o,
+        )
+        self.last_accepted = Gauge(
+            p + "last_accepted_timestamp_seconds", "When stage 1 last accepted an event (the process start until the "
+            "first; operational, NOT private).", registry=o,
+        )
+        self.intake_last_window = Gauge(
+            p + "intake_last_window_events", "Events accepted in the last whole wall-clock window (operational, NOT private).",
+            registry=o,
+        )
+        self.intake_usual_window = Gauge(
+            p + "intake_usual_window_events", "Mean events accepted per wall-clock window over the windows before the last "
+            "(up to 12; operational, NOT private).", registry=o,
+        )
         # Zero-valued series exist from the start, so rate() and absent() rules work at once.
         for status in EVENT_STATUSES:
             self.events.labels(status=status)

@@ -141,6 +141,7 @@ class MonitorService:
         # Operational counts (NOT private), also in the metrics; handy for tests and bench.
         self.counts: Counter[str] = Counter()
         self.stage1 = self.stage2 = self.publisher = None
+        self.intake = None  # monitor.pipeline.intake.IntakeWatch, with stage 1
         self.ledger = None
         self.started_at: float | None = None  # when run() began: the first window holds it
         self.first_window_start: float | None = None  # where stage 2's schedule begins (None: stage 1 only)
@@ -336,6 +337,12 @@ class MonitorService:
             startup.announce_schedule(self.config, self.ledger, resume, time.time(), why)
             self.stage2.subscribe(make_consumer(self._bootstrap, s.group_id + STAGE2_GROUP_SUFFIX, _without_instance_id(group)))
         if self.runs_stage1:
+            from monitor.pipeline.intake import IntakeWatch
+
+            self.intake = IntakeWatch(self.config.window.size_seconds, self.started_at, metrics=self.metrics,
+                                      where=f"topic {s.input_topic} on {_bootstrap_text(self._bootstrap)}")
+            log.info("intake: a whole window (%g s) without an accepted event is logged as a WARNING, and the "
+                     "operational rule DPMonitorNoIntake fires on it", self.config.window.size_seconds)
             self.stage1 = Stage1(self)
             if s.input_backend == "confluent":
                 from monitor.pipeline.confluent_input import ConfluentConsumer
@@ -474,6 +481,10 @@ class MonitorService:
 
     def wait_stage1_finished(self, timeout: float) -> bool:
         return self._stage1_finished.wait(timeout)
+
+
+def _bootstrap_text(bootstrap) -> str:
+    return bootstrap if isinstance(bootstrap, str) else ",".join(bootstrap)
 
 
 def _without_instance_id(settings: dict[str, Any]) -> dict[str, Any]:

@@ -82,6 +82,23 @@ _BISECT_FANOUT = 32
 _BISECT_LEAF = 8
 
 
+LATE_REASON = "late"
+LATE_HINT = ("its window had closed (window end + window.allowed_lateness_seconds) before the record reached the topic: "
+             "a device clock reset (ts 0), old data sent again, or a producer that lags; raise "
+             "window.allowed_lateness_seconds if such delays are normal")
+
+
+def _late_event(ts: float, size: float, lateness: float, field: str | None) -> InvalidEvent:
+    """The dead letter of an event that came after its window's close."""
+    from monitor.budget.plan import iso
+
+    start = math.floor(ts / size) * size
+    when = f"{ts:.3f} ({iso(ts)})" if math.isfinite(ts) and abs(ts) < 1e11 else f"{ts:.6g}"
+    return InvalidEvent(LATE_REASON, f"event time {when} is in the window [{iso(start)}, {iso(start + size)}), "
+                        f"closed at {iso(start + size + lateness)} before the record was appended",
+                        field or "(Kafka timestamp)", LATE_HINT)
+
+
 def _column(records, name: str) -> list:
     """One field of a partition's records as a list: the confluent backend's batches hand
     over their columns (``column``), kafka-python's ConsumerRecords are read in C."""
@@ -240,7 +257,10 @@ class Stage1:
         batch = self.consumer.poll(timeout_ms=timeout_ms)
         if batch:
             self.ingest(batch)
-        self.ship(time.time())
+        now = time.time()
+        if self.service.intake is not None:
+            self.service.intake.tick(now)
+        self.ship(now)
 
     def poll_timeout_ms(self) -> int:
         """Up to the next close time; never very short while joining the group (a poll
@@ -530,6 +550,7 @@ class Stage1:
         svc = self.service
         counts: Counter[str] = Counter()
         dead: Counter[str] = Counter()
+        late_dead = 0
         now = time.time()
         parts = []
         for tp, records in batch.items():
@@ -589,6 +610,14 @@ class Stage1:
                 entities = None if entities is None else _take(entities, sel)
             selection = store.select(ts, entities=entities, created=created, past_cut=past_cut)
             counts.update(selection.counts)
+            if selection.arrived_late is not None:
+                # Counted as late (not as dead letters: each event has one status), but sent
+                # and logged as every other event the monitor cannot use: a device clock reset
+                # to 0 or yesterday's data must not vanish without a word.
+                for i in selection.arrived_late.tolist():
+                    rec = records[i if keep is None else int(keep[i])]
+                    rejected.append((rec, _late_event(float(ts[i]), self.size, self.lateness, svc.schema.timestamp_field)))
+                late_dead += len(selection.arrived_late)
             if selection.keep is not None:
                 k = selection.keep
                 rows, offsets, ids = rows[k], offsets[k], _take(ids, k)
@@ -613,9 +642,13 @@ class Stage1:
             counts["dead_letter"] = sum(dead.values())
             for reason, n in dead.items():
                 svc.metrics.dead_letters.labels(reason=reason).inc(n)
+        if late_dead:
+            svc.metrics.dead_letters.labels(reason=LATE_REASON).inc(late_dead)
         for status, n in counts.items():
             svc.metrics.events.labels(status=status).inc(n)
         svc.counts.update(counts)
+        if svc.intake is not None:
+            svc.intake.observe(counts.get("accepted", 0), now)
         if rejected:
             svc.watch.dead_letters((bad for _, bad in rejected), time.time())
         else:  # what the last warnings held back, once due, though no bad event came since

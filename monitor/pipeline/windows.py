@@ -109,12 +109,16 @@ class Selection(NamedTuple):
 
     ``keep``: positions in the batch, in window order and arrival order within a window
     (None: every event, in one window); ``windows``: (window index, how many of ``keep``)
-    for consecutive runs of ``keep``; ``counts``: events by status.
+    for consecutive runs of ``keep``; ``counts``: events by status; ``arrived_late``:
+    positions of the late events the log says came after their window's close (created at
+    or after it, or past its cut), which go to the dead-letter topic, or None for none. The
+    other late ones are records read again after a restart, of windows already shipped.
     """
 
     keep: np.ndarray | None
     windows: list[tuple[int, int]]
     counts: dict[str, int]
+    arrived_late: np.ndarray | None = None
 
     @property
     def n_kept(self) -> int:
@@ -264,14 +268,20 @@ class WindowStore:
             return Selection(np.zeros(0, dtype=np.intp), [], {})
         idx = np.floor(ts / self.size).astype(np.int64)
         late = idx < self._next
+        by_log = None
         if created is not None:
             # The log decides: a record created after its window's close is late for
             # every reader, fast or slow (created is per record, not the clock of the read).
-            late |= created >= (idx + 1) * self.size + self.allowed_lateness
+            by_log = created >= (idx + 1) * self.size + self.allowed_lateness
         if past_cut is not None:
             # Appended after the log end at the close: never in the window, however early
             # the reader reaches it.
-            late |= past_cut
+            by_log = past_cut if by_log is None else by_log | past_cut
+        arrived_late = None
+        if by_log is not None:
+            late |= by_log
+            if by_log.any():
+                arrived_late = np.flatnonzero(by_log)
         first, last = int(idx.min()), int(idx.max())
         groups: list[tuple[int, np.ndarray | None]]
         if first == last and not late.any():  # the usual case: one window, no index arrays
@@ -305,7 +315,7 @@ class WindowStore:
             keep_parts.append(np.arange(n_events) if sel is None else sel)
             windows.append((n, k))
         keep = None if whole else (np.concatenate(keep_parts) if keep_parts else np.zeros(0, dtype=np.intp))
-        return Selection(keep, windows, {k: v for k, v in counts.items() if v})
+        return Selection(keep, windows, {k: v for k, v in counts.items() if v}, arrived_late)
 
     def insert(
         self,
