@@ -17,7 +17,8 @@ Protocol, per shared set and seed s (rng = default_rng(s)):
 - the private models at model.epsilon = 1 with seeded noise 1000 s + 1.
 "Ratio" = private TPR / exact kNN's TPR, counted where exact kNN's TPR >= 0.3.
 The 20,000-row cases: "sim_skin3" (`skin_like`: a simulated 3-feature set of 100,000 inliers whose
-outliers only a fine joint grid sees), 32_shuttle[:3] (its first 3 features) and 32_shuttle (d = 9).
+outliers only a fine joint grid sees), 32_shuttle[:3] and [:4] (its first 3 and 4 features) and
+32_shuttle (d = 9).
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ N_THRESHOLD = 5000
 TPR_FLOOR = 0.3
 EPSILON = 1.0
 # name -> (file stem, columns or None)
-EXTRA = {"32_shuttle[:3]": ("32_shuttle", [0, 1, 2]), "sim_skin3": (None, None)}
-LOW_D_LARGE = ("32_shuttle", "32_shuttle[:3]", "sim_skin3")
+EXTRA = {"32_shuttle[:3]": ("32_shuttle", [0, 1, 2]), "32_shuttle[:4]": ("32_shuttle", [0, 1, 2, 3]),
+         "sim_skin3": (None, None)}
+LOW_D_LARGE = ("32_shuttle", "32_shuttle[:3]", "32_shuttle[:4]", "sim_skin3")
 
 
 def skin_like(seed: int = 0, n_in: int = 100000, n_out: int = 20000, gap: float = 25.0):

@@ -67,7 +67,8 @@ DEFAULT_RULE = "tail"
 K_SQRT_TAIL = 0.0  # tail: no sqrt(n) term in k (a large k blurs the sparse cells the tail is made of)
 FINE_MAX_D = 4  # tail: up to this many features, one joint grid over all of them ...
 FINE_MIN_BINS = 6  # ... when the arithmetic gives it at least this many bins per axis ...
-FINE_MAX_BINS = 64  # ... and at most this many (its cells stay noised one by one, densely)
+FINE_MAX_BINS = 64  # ... and at most this many, and at most FINE_MAX_CELLS cells: every cell is noised
+FINE_MAX_CELLS = 1 << 16  # one by one (the dense path, keep-threshold 0: the tail's few-record cells stay)
 RHO_FINE = 4.0  # ... sized so that its average cell holds RHO_FINE noise scales (measured, docs/benchmarks/model.md)
 SIZE_SHARE = 0.05  # share of the fit's epsilon spent on the noisy reference size n
 LAYOUT_SEED = 0  # public seed of the bagged feature draws
@@ -189,7 +190,8 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
     n = max(float(n), 1.0)
     k_sqrt = K_SQRT_TAIL if rule == "tail" else K_SQRT
     if (rule == "tail" and 2 <= d <= FINE_MAX_D and group_size is None and n_grids is None and marginals is None):
-        b1 = int(bins) if bins is not None else min(FINE_MAX_BINS, math.floor((n * e / RHO_FINE) ** (1.0 / d) + 1e-9))
+        cap = min(FINE_MAX_BINS, math.floor(FINE_MAX_CELLS ** (1.0 / d) + 1e-9))
+        b1 = int(bins) if bins is not None else min(cap, math.floor((n * e / RHO_FINE) ** (1.0 / d) + 1e-9))
         if b1 >= FINE_MIN_BINS:
             kk = k if k is not None else max(K_MIN, K_NOISE / e, k_sqrt * math.sqrt(n))
             return Layout((tuple(range(d)),), (b1,), float(kk), int(depth if depth is not None else 2))

@@ -188,7 +188,7 @@ def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, version: int):
     cal = None
     if version >= 4 and c["calibration"] is not None:  # a version 4 file must say it, even as null
         cal = Calibration.from_dict(c["calibration"])
-        if len(cal.grids) not in (0, len(grids)) or (len(cal.grids) == 0 and len(grids) > 1):
+        if len(cal.grids) != len(grids) and not (len(grids) == 1 and cal.grids[0] is cal.score):
             raise ValueError("calibration.grids must hold one histogram per grid")
         if not math.isclose(cal.epsilon + size_eps, m.epsilon, rel_tol=1e-9):
             raise ValueError("the calibration's epsilon and the size's epsilon must add up to privacy.epsilon "

@@ -350,8 +350,10 @@ def _mix(z: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Calibration:
     """What ``GridKNN.fit`` released on the held-apart rows: the histogram of the model's
-    score (``score``) and one per grid (``grids``, empty for a one-grid model), with the
-    public split that defined the part (``share`` of the rows, hash ``seed``)."""
+    score (``score``) and one per grid (``grids``), with the public split that defined the
+    part (``share`` of the rows, hash ``seed``). A one-grid model's grid score IS the model's
+    score, so its one grid histogram is ``score`` itself: one release, counted once in
+    ``epsilon`` and written once (``"grids": []`` in the file, as before)."""
 
     share: float
     seed: int
@@ -360,7 +362,7 @@ class Calibration:
 
     @property
     def epsilon(self) -> float:
-        return float(self.score.epsilon + sum(h.epsilon for h in self.grids))
+        return float(self.score.epsilon + sum(h.epsilon for h in self.grids if h is not self.score))
 
     def accuracy(self, rate: float) -> "RateAccuracy":
         """How well the held-apart part pins down a flag rate (post-processing)."""
@@ -378,15 +380,16 @@ class Calibration:
     def as_dict(self) -> dict:
         return {"share": self.share, "seed": self.seed, "epsilon": self.epsilon,
                 "mechanism": "laplace_histogram", "unit": "one reference record in the held-apart part",
-                "score": self.score.as_dict(), "grids": [h.as_dict() for h in self.grids]}
+                "score": self.score.as_dict(), "grids": [h.as_dict() for h in self.grids if h is not self.score]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Calibration":
         share = float(d["share"])
         if not 0 < share < 1:
             raise ValueError("calibration.share must be in (0, 1)")
-        return cls(share, int(d["seed"]), ScoreHistogram.from_dict(d["score"]),
-                   [ScoreHistogram.from_dict(g) for g in d["grids"]])
+        score = ScoreHistogram.from_dict(d["score"])
+        # No grid histograms: a one-grid model's (the loader refuses them for more grids).
+        return cls(share, int(d["seed"]), score, [ScoreHistogram.from_dict(g) for g in d["grids"]] or [score])
 
 
 @dataclass(frozen=True)

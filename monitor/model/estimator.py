@@ -199,7 +199,7 @@ class GridKNN:
         syn = synthetic.mean(axis=1)
         main = ScoreHistogram.release(scores.mean(axis=1), public_edges(top, syn), eps_score, noise,
                                       syn if prior else None)
-        per_grid = [] if G == 1 else [
+        per_grid = [main] if G == 1 else [
             ScoreHistogram.release(scores[:, i], public_edges(top, synthetic[:, i]), (epsilon - eps_score) / G, noise,
                                    synthetic[:, i] if prior else None)
             for i in range(G)]
@@ -318,7 +318,7 @@ class GridKNN:
             raise ValueError(f"contamination must be in (0, 1), got {contamination!r}")
         cal = self.calibration_
         if cal is not None:
-            hists = cal.grids or [cal.score]
+            hists = cal.grids or [cal.score]  # (a one-grid model's is the score's own)
             return np.array([h.threshold_for(contamination) for h in hists])
         gen = np.random.default_rng(rng)
         out = np.empty(len(self.grids_))
