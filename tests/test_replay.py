@@ -255,6 +255,15 @@ def test_epoch_milliseconds_for_start_get_a_hint(workdir):
     assert not (workdir / "ms.jsonl").exists()
 
 
+@pytest.mark.parametrize("end", [T0 - 3600, T0])
+def test_end_before_start_is_said_plainly(workdir, end):
+    res = _run(workdir, "reversed.jsonl", end=str(end))
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "--end" in res.stderr and ("is before --start" if end < T0 else "is the same as --start") in res.stderr, res.stderr
+    assert "hold no whole window" not in res.stderr
+    assert not (workdir / "reversed.jsonl").exists()
+
+
 def test_replay_over_windows_the_ledger_holds_as_suppressed_does_not_crash(workdir, records):
     """After a restart a ledger holds a `catch_up` span (no payload); replaying over it crashed."""
     ledger = workdir / "restarted.sqlite"

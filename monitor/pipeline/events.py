@@ -234,8 +234,24 @@ class EventSchema:
         reason = _REASON_BY_ERROR.get(first["type"], "wrong_type")
         if reason == "missing_field":
             return self._missing([str(e["loc"][0]) for e in errors if e["type"] == "missing" and e["loc"]], first.get("input"))
+        if reason == "bad_json":
+            encoding = _encoding_problem(first.get("input"))
+            if encoding is not None:
+                return InvalidEvent("bad_json", encoding, None, _ENCODING_HINT)
+        null = "input" in first and first["input"] is None and field is not None
         if field is not None and field == self.timestamp_field:
-            return InvalidEvent("bad_timestamp", f"field {field!r}: must be epoch seconds or an ISO 8601 string", field)
+            what = "is null" if null else "must be epoch seconds or an ISO 8601 string"
+            return InvalidEvent("bad_timestamp", f"field {field!r}: {what}", field,
+                                f"the timestamp field {field!r} (stream.timestamp_field) must be epoch seconds or ISO 8601"
+                                + (", not null" if null else ""))
+        if field is not None and field == self.entity_field:
+            what = "is null: a missing value" if null else first["msg"]
+            return InvalidEvent(reason, f"field {field!r}: {what}", field,
+                                f"the entity field {field!r} (stream.entity_field) must be a string or an integer naming "
+                                "the person or device" + (", not null" if null else ""))
+        if null:
+            return InvalidEvent(reason, f"field {field!r}: is null: a missing value", field,
+                                f"feature {field!r} is null: send a number, or leave a reading without it out of the stream")
         where = f"field {field!r}: " if field is not None else ""
         return InvalidEvent(reason, where + first["msg"], field)
 
@@ -253,6 +269,31 @@ class EventSchema:
         hint = f"missing {names}" + (f" (did you mean {' and '.join(guesses)}?)" if guesses else "")
         return InvalidEvent("missing_field", f"field{'s' if len(missing) > 1 else ''} {names}: Field required"
                             + (f"; did you mean {' and '.join(guesses)}?" if guesses else ""), missing[0], hint)
+
+
+_ENCODING_HINT = "JSON must be UTF-8: encode the producer's messages as UTF-8 (Python: json.dumps(event).encode())"
+
+
+def _encoding_problem(value) -> str | None:
+    """Why the bytes of a message that is not JSON are not even text, or None where they are UTF-8.
+
+    >>> _encoding_problem('{"name": "caf\u00e9"}'.encode("latin-1"))
+    'not UTF-8: byte 0xe9 at position 13 cannot be decoded (Latin-1 or Windows-1252 text?)'
+    >>> _encoding_problem(b'{"hr": 1}') is None
+    True
+    """
+    if not isinstance(value, (bytes, bytearray)):
+        return None
+    if value[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(value) > 1 and value.count(0) >= len(value) // 3):
+        return "not UTF-8: the message looks like UTF-16 (a byte order mark or NUL bytes between characters)"
+    if value[:3] == b"\xef\xbb\xbf":
+        return "starts with a UTF-8 byte order mark, which JSON does not allow"
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return (f"not UTF-8: byte 0x{value[err.start]:02x} at position {err.start} cannot be decoded "
+                "(Latin-1 or Windows-1252 text?)")
+    return None
 
 
 def parse_timestamp(value: float | str, field: str = "timestamp") -> float:

@@ -45,7 +45,13 @@ _HINTS = {
     "not_object": "each message must be one JSON object",
     "too_large": "raise stream.max_message_bytes if such messages are expected",
     "bad_timestamp": "timestamps must be epoch seconds or ISO 8601, and not beyond now + window + lateness",
+    "late": "late events are not counted in any window",
 }
+
+
+# Reasons whose event-level hint replaces the general one (which would be wrong for the field:
+# "feature values must be JSON numbers" said of a null entity id).
+_HINT_IS_WHOLE = {"wrong_type", "bad_json", "bad_timestamp"}
 
 
 class InputWatch:
@@ -110,5 +116,8 @@ class InputWatch:
                     f"(from domain knowledge, never from the data)")
         _, reason, field, hint = key
         what = f"field {field!r}" if field else "no field"
+        general = _HINTS.get(reason, "see the reason header of the dead letters")
+        if hint and reason in _HINT_IS_WHOLE:
+            general = ""  # the event's own hint says it for its field (a null, an entity, an encoding)
         return (f"{n} events{since} went to the dead-letter topic {self.topic} with reason {reason} ({what}): "
-                + (f"{hint}; " if hint else "") + _HINTS.get(reason, "see the reason header of the dead letters"))
+                + (f"{hint}; " if hint and general else hint or "") + general)

@@ -163,6 +163,9 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     if config.stream.timestamp_field is None:
         raise MonitorError("replay needs event times in the events: set stream.timestamp_field (a file has no Kafka timestamps)")
     size = config.window.size_seconds
+    if end <= start:
+        raise MonitorError(f"--end {_iso(end)} is {'the same as' if end == start else 'before'} --start {_iso(start)}: "
+                           "--start is the first event time to replay, --end the last window's end, so --end must come later")
     first = math.ceil(start / size) * size
     last_end = math.floor(end / size) * size
     if last_end <= first:
