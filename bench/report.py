@@ -28,6 +28,7 @@ PAGES: dict[str, str] = {
     "model-tail": "model.md",
     "calibration": "calibration.md",
     "budget": "budget.md",
+    "budget-reach": "budget.md",
     "stream": "stream.md",
     "identify": "identify.md",
     "alarm": "alarm.md",

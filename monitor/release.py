@@ -25,11 +25,12 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, Comparison, RhythmReference, SurgeAlarm
+from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, Comparison, SurgeAlarm
+from monitor.alarm.reference import reference_for
 from monitor.alarm.baseline import profile_level, profile_load, profile_spread, profile_straight
 from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
                                      rung_levels, rung_units)
@@ -97,11 +98,7 @@ class WindowReleaser:
         self.rung = 0  # the rung the alarm and the reference weigh at (``_use_rung``)
         self.level_lo, self.level_hi = self.rungs[0][0]  # the configured pair's
         # The rhythm reference: each window against the same people's recent and day-ago windows.
-        self.reference = (RhythmReference(config.window.size_seconds, a.recent_windows, a.seasonal_windows, a.rhythm_slack,
-                                          trend_error=a.trend_error, weekend_days=a.weekend_days,
-                                          trend_windows=a.trend_windows, curve_windows=a.curve_windows,
-                                          steady_windows=a.steady_windows)
-                          if a.follow_rhythm and a.threshold is None else None)
+        self.reference = reference_for(a, config.window.size_seconds)
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
@@ -130,6 +127,7 @@ class WindowReleaser:
         # Scheduled reports already published say what normal traffic puts in each part, this hour.
         self.report_history = (ReportHistory([self.grid_names[c] for c in self.parts], config.report.epsilon_grids)
                                if self.parts and config.report.every_seconds else None)
+        # The open run's charged span: [its first window - its reach, its end) (``_run_start``).
         self._run_span = (-math.inf, -math.inf)
         # The open run's charge in the ledger; the alarm publishes the run's number instead
         # (1, 2, ... on a fresh ledger: charge ids count baselines too).
@@ -163,6 +161,32 @@ class WindowReleaser:
                 self.baseline.resume(est)
                 self._use_rung(self.baseline.rung)
                 return
+
+    def rebuild(self, windows: "Iterable[ClosedWindow]") -> int:
+        """Learn the rhythm reference's history from windows already released before a restart (their
+        events, re-read from what the trust boundary still holds: the input topic's last days),
+        oldest first, without releasing or charging anything. Returns how many were learnt.
+
+        Only windows the ledger holds as released are learnt, each marked as its published answer
+        says (paged or held), so the reference is the one the process had before it stopped, up to
+        the events re-read. Privacy: nothing is published here; the runs opened after the restart
+        read this history within their reach, which their charge covers
+        ([docs/budget.md](../docs/budget.md#what-a-run-reads)). Windows outside the reach are
+        forgotten at once."""
+        if self.reference is None:
+            return 0
+        learnt = 0
+        for window in windows:
+            entry = self.ledger.get(window.start)
+            if entry is None or entry.payload is None:
+                continue
+            record = json.loads(entry.payload)
+            scores = self.model.score_samples(window.X) if window.n_events else np.zeros(0)
+            units = rung_units(scores, self.levels, RESOLUTION)
+            self.reference.learn_one(self.reference.window_index(window.start), units, window.entities,
+                                     paged=bool(record.get("alarm")), scores=scores)
+            learnt += 1
+        return learnt
 
     @property
     def levels(self) -> "tuple[tuple[float, float], ...]":
@@ -285,14 +309,21 @@ class WindowReleaser:
                 # windows (its own charge ends here), and a new run opens around the new rate.
                 self.ledger.end_charge(self._run_charge_id, window.start)
                 self.alarm.close_run()
+            if (self.alarm.run is not None and not self.alarm.holding and not self._run_can_page(window)
+                    and self._run_reach(window, self._with_page((a.epsilon_threshold, 0.0))) is not None):
+                # The open run's charge reaches back into periods that pages have spent, and it could
+                # never page again; a run opening now is charged from later on and can.
+                self.ledger.end_charge(self._run_charge_id, window.start)
+                self.alarm.close_run()
             # A degenerate baseline (rate 0, too little traffic) is announced in the answer and
             # not used: no run is opened on it (docs/alarm.md).
             est = self.baseline.estimate
             problem = None if est is None else baseline_problem(est.rate, est.events_per_window)
             if est is not None and problem is None and self.alarm.needs_run():
                 cost = (a.epsilon_threshold, 0.0)
-                if self._fits(window, cost, kind="alarm_run"):
-                    self._run_span = (window.start, _run_end(window.end, a.run_seconds))
+                span_start = self._run_start(window, cost)
+                if span_start is not None:
+                    self._run_span = (span_start, _run_end(window.end, a.run_seconds))
                     self._run_charge_id = self.ledger.add_charge("alarm_run", *self._run_span, *cost)
                     # The run's noise covers the reference's wider interval (its slack).
                     self.alarm.open_run(len(self.ledger.span_charges("alarm_run")), est, self._slack_for(index, est))
@@ -427,12 +458,12 @@ class WindowReleaser:
         outline = self.reference.outline(index)
         if not a.rhythm_slack_follows or outline[0] != "rhythm":
             # The first day's trend puts 0.4 of its weight on the last window, and its lift is the
-            # model's least sure: with persistent people a first day's switch at 10,000 people paged 9
-            # times in 30 quiet days at slacks of 0.35 to 0.45 (3 at the configured 0.5).
+            # model's least sure: with persistent people a narrower first-day slack paged a switch
+            # (docs/benchmarks/alarm-rhythm.md, "Trial history").
             return most
         # The run lasts the day, and the lift grows with the level: a slack chosen at midnight's level
-        # alone was the narrowest there and doubled the threshold by day (a day/night switch at 10,000
-        # people: 198 events at 8:30 against 106 at the configured slack). So the mean threshold at the
+        # alone was the narrowest there and doubled the threshold by day (a day/night switch:
+        # docs/benchmarks/alarm-rhythm.md, "Trial history"). So the mean threshold at the
         # profile's quietest, middle and busiest parts decides; without a profile, the baseline's own rate.
         # The rhythm prediction's lift decides it: the steady line comes first only where the profile is straight.
         spread = profile_spread(est) if a.threshold_follows_level else ()
@@ -470,6 +501,40 @@ class WindowReleaser:
         self._run_span = (self._run_span[0], _run_end(window.end, a.run_seconds))
         self.ledger.extend_charge(self._run_charge_id, self._run_span[1])
         charges.append({**self._run_charge("alarm_run", cost[0]), "carried_on": True})
+
+    def _run_start(self, window: ClosedWindow, cost: tuple[float, float]) -> "float | None":
+        """Where the charge of a run opening at ``window`` begins, or None if the budget cannot pay one.
+
+        Each query of the run reads the rhythm reference's memory: a person's windows up to its
+        reach before the query's own (``RhythmReference.reach_windows``). So the run is charged
+        from its first window less that reach, in periods already past, which must still pay
+        (docs/budget.md, "What a run reads"). Where they cannot (a day of pages spent them), the
+        run reads less: the recent windows only, or its own windows (``reach_choices``), the
+        longest over which the budget pays the threshold and a page (else the threshold alone). A
+        public choice: the ledger and the calendar."""
+        if not self._fits(window, cost, kind="alarm_run"):
+            return None
+        reach = self._run_reach(window, self._with_page(cost))
+        reach = self._run_reach(window, cost) if reach is None else reach
+        if reach is None:
+            return None
+        if self.reference is not None:
+            self.reference.run_reach_windows = reach
+            return window.start - reach * self.reference.window_seconds
+        return window.start
+
+    def _with_page(self, cost: tuple[float, float]) -> tuple[float, float]:
+        return (cost[0] + self.config.alarm.epsilon_page, cost[1])
+
+    def _run_reach(self, window: ClosedWindow, need: tuple[float, float]) -> "int | None":
+        """The longest reach (in windows) over which a run opening at ``window`` could be charged
+        ``need``, or None (the plain statistic's reach is 0: it reads its own window only)."""
+        if self.reference is None:
+            return 0 if self.accountant.fits_span(window.start, window.end, need, "alarm_run") else None
+        for reach in self.reference.reach_choices():
+            if self.accountant.fits_span(window.start - reach * self.reference.window_seconds, window.end, need, "alarm_run"):
+                return reach
+        return None
 
     def _run_can_page(self, window: ClosedWindow) -> bool:
         """Could the budget pay a page over the open run's span up to this window?"""

@@ -287,7 +287,7 @@ def test_budget_shows_the_plan_and_explains_pld_delta(workdir):
     assert res.returncode == 0, res.stderr
     out = " ".join(res.stdout.split())
     assert "period without a page costs epsilon" in out and "each page adds about" in out, out
-    assert "pays for 0 page(s) per period" in out and "To page at least once per period set budget.epsilon" in out
+    assert "pays for 0 page(s) in any" in out and "To page at least once per period set budget.epsilon" in out
     assert "the stream spends exactly what basic composition would" in out and "adaptively triggered" in out
     plan = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["plan"]
     assert plan["pages_per_period"] == 0 and plan["quiet_period_epsilon"] < 2.0 < plan["one_page_period_epsilon"]

@@ -278,3 +278,39 @@ def test_a_lifetime_cap_bounds_what_a_person_loses_over_many_periods(tmp_path):
     last = json.loads(outcomes[4].entry.payload)
     assert last["epsilon_lifetime_spent"] == pytest.approx(2.5) and last["epsilon_lifetime_limit"] == 2.5
     assert not acc.fits_span(0.0, 8 * 3600.0, (0.1, 0.0), "alarm_page")
+
+
+# -- a baseline's per-person cap, summed in floats
+
+@pytest.mark.parametrize("cap", [1, 3, 16])
+def test_a_persons_clipped_weight_is_exact_in_floats_and_never_above_the_cap(cap):
+    """Weights reach the baseline as integer units over RESOLUTION (a power of two), so every
+    clipped share, every running total and the room left under the cap are exact binary
+    fractions: one person's clipped sum is at most the cap exactly, and the flagged total with
+    and without them differs by exactly that sum (the Laplace release's sensitivity holds in
+    floats, not only for reals). Adversarial: the smallest weights, weights that leave
+    1 / RESOLUTION of room, a person crossing the cap within one window's weight."""
+    from monitor.alarm.baseline import _SpanTotals
+
+    assert RESOLUTION & (RESOLUTION - 1) == 0
+    rng = np.random.default_rng(cap)
+    windows = []
+    for _ in range(400):
+        units = rng.choice([1, RESOLUTION - 1, RESOLUTION, RESOLUTION // 3, int(rng.integers(0, RESOLUTION + 1))], size=6)
+        windows.append(units / RESOLUTION)
+
+    def totals(people):
+        t = _SpanTotals(0, 0)
+        for w in windows:
+            keep = [k for k in range(6) if f"p{k}" in people]
+            t.add(w[keep], [f"p{k}" for k in keep], None, cap, None)
+        return t
+
+    everyone = {f"p{k}" for k in range(6)}
+    full = totals(everyone)
+    for k in range(6):
+        person = f"p{k}"
+        assert full.per_unit[person] <= cap  # exactly: no ulp above
+        without = totals(everyone - {person})
+        assert full.flagged - without.flagged == full.per_unit[person]  # exact, in floats
+        assert 0.0 <= full.squared - without.squared <= full.per_unit[person]

@@ -17,6 +17,7 @@ from monitor.data.vitals import VITAL_FEATURES, simulate_vitals
 from monitor.dp import laplace_count
 from monitor.model import GridKNN
 from monitor.outliers import candidate_subspaces, global_sensitivity_bound, private_count
+from monitor.alarm.reference import reference_for
 from monitor.release import WindowReleaser, release_report
 from monitor.pipeline.windows import ClosedWindow
 
@@ -192,10 +193,13 @@ def test_alarm_pages_on_a_clustered_surge_and_stays_quiet_otherwise(tmp_path, vi
     kinds = [c["kind"] for r in records for c in r["charges"]]
     assert kinds == ["baseline", "alarm_run", "alarm_page", "report"]
     # The page is paid over its whole run (its noise shift covers every window the run
-    # answers), and the run goes on after the hold: no new threshold is charged.
+    # answers) and the reference's memory its queries read (the reach before its first
+    # window), and the run goes on after the hold: no new threshold is charged.
     (_, _, run_start, run_end, _, _), = ledger.span_charges("alarm_run")
     (_, _, page_start, page_end, page_eps, _), = ledger.span_charges("alarm_page")
-    assert (page_start, page_end) == (run_start, run_end) == (records[11]["window_start"], 86400.0)
+    reach = reference_for(config.alarm, 300).reach_seconds
+    assert reach == 600 * 300  # two days and the two hours before the day-old sets
+    assert (page_start, page_end) == (run_start, run_end) == (records[11]["window_start"] - reach, 86400.0)
     assert page_eps == config.alarm.epsilon_page and records[24]["alarm_detail"]["run"] == records[20]["alarm_detail"]["run"]
 
 
@@ -262,10 +266,11 @@ def test_a_quiet_run_goes_on_past_its_boundary_and_counts_once_in_a_period(tmp_p
     config = config.model_copy(update={"budget": config.budget.model_copy(update={"period_seconds": 3600.0})})
     records, ledger = _run(config, vitals_model, 24, [])
     runs = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_run")]
-    assert runs == [(3300.0, 7200.0)]
+    start = 3300.0 - reference_for(config.alarm, 300).reach_seconds  # the reference's memory is charged too
+    assert runs == [(start, 7200.0)]
     assert len({r["alarm_detail"]["run"] for r in records[11:]}) == 1
     carried = [(i, c["span"]) for i, r in enumerate(records) for c in r["charges"] if c.get("carried_on")]
-    assert carried == [(12, [3300.0, 5400.0]), (18, [3300.0, 7200.0])]  # the first window past each boundary
+    assert carried == [(12, [start, 5400.0]), (18, [start, 7200.0])]  # the first window past each boundary
     b, a = config.budget, config.alarm
     accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
     warmup = a.epsilon_baseline_warmup + a.epsilon_baseline_events
@@ -282,7 +287,8 @@ def test_a_run_that_paged_ends_at_its_boundary_and_a_new_one_is_charged(tmp_path
     assert records[14]["alarm_detail"]["state"] == "fired"
     runs = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_run")]
     pages = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_page")]
-    assert runs == [(3300.0, 5400.0), (5400.0, 7200.0)] and pages == [(3300.0, 5400.0)]
+    reach = reference_for(config.alarm, 300).reach_seconds  # each run's charge covers the memory it reads
+    assert runs == [(3300.0 - reach, 5400.0), (5400.0 - reach, 7200.0)] and pages == [(3300.0 - reach, 5400.0)]
     assert records[17]["alarm_detail"]["run"] != records[18]["alarm_detail"]["run"]
 
 

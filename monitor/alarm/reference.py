@@ -1,108 +1,36 @@
 """What a window's flagged weight is compared with: the same people's recent windows and
-the same hours of the days before (docs/alarm.md, "Traffic with a daily rhythm").
+the same hours of the days before (docs/alarm.md#traffic-with-a-daily-rhythm).
 
-Real traffic changes its make-up with the hour, so the share of events any fixed model
-flags moves over the day. Against one daily rate (a_i = f_i - tau n_i) every evening
-looks like a surge. This reference predicts each window from the windows before it,
-person by person, and the alarm's statistic becomes what the window holds beyond that
-prediction.
-
-Statistic. For privacy unit u and window j let A_uj = w_uj - tau x_uj (its weight in the
-window, minus the released baseline rate if it sent an event: x_uj in {0, 1}, at most one
-event per unit per window; A_uj = 0 when it sent none). The unit's prediction for window
-i is a linear combination of its own earlier values,
+Against one daily rate every evening of rhythmic traffic looks like a surge, so each window is
+predicted person by person. For privacy unit u and window j let A_uj = w_uj - tau x_uj (its
+weight, minus the released rate if it sent an event; 0 when it sent none). The prediction is a
+linear combination of u's own earlier values, its coefficients chosen from public facts only
+(the mode, the calendar, the settings, which windows paged):
 
     B_ui = mean_{T_i} A_u + mean_d (mean_{Y_di} A_u - mean_{YT_di} A_u)   ("rhythm", a day of history)
     B_ui = sum_{j in TT_i} c_ij A_uj                              ("recent", less than a day)
     B_ui = 0                                                      ("baseline", no history yet)
 
-with T_i the last ``recent_windows`` windows before i, Y_di the
-``seasonal_windows`` windows centred on i d periods (days) earlier and YT_di the recent windows
-before those: today's last hour, moved by how the day's shape rises or falls from that hour to
-this one, averaged over the last SEASONAL_DAYS days there are (a surge one day then weighs half
-as much). Before a day of history, the least-squares line through the last ``trend_windows``
-windows (TT_i), extrapolated to i (coefficients c_ij summing to 1), so
-that a rising hour is not a surge; the recent mode's statistic is the lower of that trend's and
-the level's (the mean of TT_i): where a falling hour levels off the line goes on falling, and at
-10,000 people its overshoot paged at the end of each evening's shift change (4 of the first
-day's 8 false pages on 6 sets), where the level, still above the traffic, is not; on a rising
-hour the level lags and the trend is the lower. The threshold stays the trend's: the statistic is
-never above it. The level counts only where it is lower by more than the window's threshold
-(``compare(level_margin=...)``): taken as it is, its own noise lowered the statistic on steady
-traffic and paged 74 first-day surges of 288 instead of 82. With ``curve_windows`` (and at least half
-of them kept) the least-squares parabola through that many windows comes first: its threshold is its
-own, lower (the squares of its coefficients sum to 0.28 through 36 windows, the line's to 0.47
-through 10), and the line's statistic guards it: through 3 hours the curve lags a shift change
-within the hour more than the line does, and alone it paged there (docs/alarm.md, "A curve through
-three hours"); the line counts where it is lower by a tenth of the level's margin. With
-``steady_windows`` the least-squares line through that many windows (3 hours) comes before the
-curve: the smallest spread of the three on steady traffic (squares summing to 0.116), which bends
-with the traffic only as fast as 3 hours allow. The curve and the short line hold it from both
-sides, within a tenth of the level's margin of the lower of their statistics: it lags a ramp (a
-false page) and overshoots the flat after one (3 hours after a morning's ramp it stood 46 events
-under the lower guard and missed the surge there). From the second day it comes before the rhythm
-mode's prediction too, where the release asks for it (``steady_line``: the released profile is
-straight over the line's 3 hours, ``baseline.profile_straight``), and the prediction holds it the same
-way from both sides: on stationary traffic the line's spread (0.116) is half the prediction's (0.23);
-at a shift change the profile bends all day, and the prediction alone compares (docs/alarm.md, "From
-the second day, the steady line first where the profile is straight").
+T_i: the last ``recent_windows``; Y_di: ``seasonal_windows`` centred on i, d days back, for the
+last SEASONAL_DAYS days; YT_di the recent windows before those. The recent mode's line through
+``trend_windows`` is held by the level, the curve (``curve_windows``) and the steady line
+(``steady_windows``), each within a public margin; from the second day the steady line comes
+first where the release asks (``steady_line``). Windows that paged or held
+(``learn_one(paged=...)``) are bridged or filled (``_bridged``). Each rule's reason and the
+figures that chose it: docs/alarm.md and docs/benchmarks/alarm-rhythm.md ("Trial history").
 
-Today's windows count, paged or not: a lasting change (a
-shift that starts, new firmware) pages once and is learnt within the hour. A window that paged
-or held (the caller marks it: ``learn_one(paged=...)``) is bridged in the day-old sets, and in
-the trend while such windows are fewer than half of TT_i: replaced by the straight line between
-the nearest unmarked windows on either side (``_bridged``), so a surge that paged is not a later
-day's normal, and a ramp that paged (the first day's trend at a shift change) stays a ramp. In a
-day-old set the same hour of the other day kept comes first, where it is unmarked: a line across a
-long marked span cuts a ramp's corner. The
-trend's first windows weigh negatively: a surge there, kept, paged again as it left the set. The
-trend's newest marked windows, with no unmarked one after them yet, count as they are (a surge,
-or the start of a ramp: moved onto the window before, a ramp's start left the trend flat, and
-it paged again at the end of the hold with 460 events over a threshold of 68). Where more than
-half of TT_i is marked, every window counts: bridged between the few windows that did not page,
-the prediction stood on the windows whose statistic was low, paged again, and so on every fifth
-window for six hours (32_shuttle, day/night switch, 10,000 people). Two ways that failed in the
-day-old sets: leaving marked windows out moved a set's centre off the ramp (a false page at each
-switch, every day, at 10,000 people), and keeping the first day's
-pages in made a surge that paged on the first day the next days' normal at its hour (on the
-vitals simulator, whose surges recur at the same hours, the second day paged 2 of 6). A surge
-that did not page at the same hour on the days before still lowers today's statistic there (a
-3-window surge, by 0.3 of its size for each of the two days, with 5 seasonal windows).
+The statistic is a_i = sum_u clip(A_ui - B_ui - beta P_ui, -L, 1) in integer units of
+1 / RESOLUTION (``A - B`` rounded, then clipped): L is the top of the run's tau band plus its
+slack, fixed when the run opens (``SurgeAlarm.open_run``, ``monitor.alarm.slack``); with a
+threshold that follows the level, beta P_ui is the level line's slope times the same
+combination of u's weights (``compare(level_slope=beta)``, ``SurgeAlarm.level_line``).
 
-The statistic is
-
-    a_i = sum_u clip(A_ui - B_ui, -L, 1)
-
-in integer units of 1 / RESOLUTION (``A - B`` rounded to the unit, then clipped), with L
-fixed for a run: tau's top within the run's band plus the run's slack (``SurgeAlarm.open_run``; at
-most ``slack``, chosen from public numbers when the run opens: ``monitor.alarm.slack``).
-With a threshold that follows the level (``compare(level_slope=beta)``, ``SurgeAlarm.level_line``)
-each unit's term is clip(A_ui - B_ui - beta P_ui, -L, 1), P_ui the same combination of the
-unit's weights w_uj: a_i - beta F_hat_i, compared with a fixed number, is a_i compared with a
-threshold that rises with the predicted flagged weight F_hat_i. Every term stays in [-L, 1].
-
-Sensitivity. Adding or removing unit u adds or removes exactly its own term: every other
-unit's term depends on that unit's data and public numbers only (tau, the sets, which are
-chosen from the public answers and the calendar). The clip puts each term in [-L, 1], an
-interval of width 1 + L that contains 0, whatever B is and however it was rounded; the plain
-statistic's [-tau, 1 - tau] lies inside it for every tau of the run's band. So every query
-of a run moves within one interval, and AboveThreshold's argument (``AboveThreshold``: width
-1 + L, no drift, reach max(1, L)) holds as for the plain statistic, at page noise
-(1 + L) / (1 + TAU_BAND) times the plain run's and the same threshold noise. The three modes
-share that interval, so a run may move from one to the next. The lower of two such statistics
-(one plus a public margin) moves within it too: if adding u moves them by t1 and t2, both in
-[-L, 1], their minimum moves by an amount between min(t1, t2) and max(t1, t2). The statistic's DATA never changes the mode: how much history there is counts the
-windows the monitor released, a public fact.
-
-Why [-L, 1] and not [-L, 1 - tau]: a person weighed fully now whose history is light has
-A - B near 1; clipping those at 1 - tau lowered the statistic by tau per flagged person
-(40 events a window at 10,000 people). The low end binds for a person whose prediction
-exceeds L - tau and who is light now; the slack keeps that rare at the busiest hour,
-where the share weighed may be several times tau.
-
-Without an entity field every event is its own unit and sits in one window only: its term
-in window i is clip(-c_ij A_ej) if it came in an earlier window j, or A_ei, clipped the same
-way, so the same interval holds.
+Guarantee: adding or removing u adds or removes exactly u's term, which lies in [-L, 1]
+whatever B is; the lower (or higher) of two such statistics moves within it too. So every
+query of a run moves within one interval of width 1 + L that contains 0, and AboveThreshold's
+argument holds (page noise (1 + L) / (1 + TAU_BAND) times the plain run's, the same threshold
+noise); the comparison costs no epsilon. u's data in window j moves only the queries of
+windows j to j + the run's reach (at most ``reach_windows``). Proof: docs/proofs/rhythm-interval.md.
 
 >>> ref = RhythmReference(window_seconds=300, recent_windows=2, seasonal_windows=1)
 >>> for i in range(3):
@@ -123,13 +51,11 @@ import numpy as np
 from monitor.alarm.units import RESOLUTION
 
 # The line guards the first day's curve where it is lower by more than a tenth of the margin the
-# level needs (the window's threshold): at 0, on the six shared sets over three seeds, 10,000 people,
-# the 0.25 wave paged 101 of the exact detector's 132 surges in their first window and the switch 58
-# of 73; at a tenth 108 and 61, with the same 23 pages outside the switch's surges; at a fifth the same
-# there, and 2 more of 213 on stationary traffic at 1,500 people (157).
+# level needs (the window's threshold): at 0 the line's own noise took the curve's smaller spread
+# back, and a fifth did no better (docs/benchmarks/alarm-rhythm.md, "Trial history").
 GUARD_DIVISOR = 10
 
-__all__ = ["RhythmReference", "Comparison", "ReferenceMode", "curve_coefficients", "prediction_factors", "rhythm_variance",
+__all__ = ["RhythmReference", "reference_for", "Comparison", "ReferenceMode", "curve_coefficients", "prediction_factors", "rhythm_variance",
            "trend_coefficients"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
@@ -265,6 +191,10 @@ class RhythmReference:
         ratio = float(period_seconds) / self.window_seconds
         # A period of a whole number of windows, longer than what it is compared with.
         self.period = round(ratio) if abs(ratio - round(ratio)) < 1e-9 and round(ratio) > self.recent_windows + self.half_seasonal else None
+        # The open run's reach (``reach_choices``): compare(i) and outline(i) read windows from
+        # i - run_reach_windows on only. None: ``reach_windows``.
+        self.run_reach_windows: int | None = None
+        self._floor = -math.inf  # the oldest window the current comparison may read (``_sets``)
         self._ids: dict[str, int] = {}
         # window index -> (unit ids, weight units, paged); arrays are never changed in place.
         self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
@@ -278,6 +208,47 @@ class RhythmReference:
     def slack_units(self) -> int:
         """The slack in 1 / resolution: what the alarm's runs add to their interval's width."""
         return math.ceil(self.slack * self.resolution)
+
+    @property
+    def reach_windows(self) -> int:
+        """How many windows before window i ``compare(i)`` may read (public: the settings alone).
+
+        A query that reads a person's earlier windows depends on their data there, so its charge
+        must count in every period those windows are in (docs/budget.md, "What a run reads").
+        The first day's fits look back at most 4 x their window count (``_last``), then bridge a
+        marked window across up to ``recent_windows`` more; the rhythm mode's day-old sets reach
+        ``SEASONAL_DAYS`` periods and the hour before them back, a fill moves the first day's onto
+        the second's, and a bridge there ``recent_windows`` further. The history keeps exactly
+        this much (``learn_one``), so no comparison can read further.
+
+        >>> RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36).reach_windows
+        600
+        """
+        # A day-old set reaches max(recent, half_seasonal) before its day, its bridges recent further.
+        days = (SEASONAL_DAYS * self.period + self.recent_windows + max(self.recent_windows, self.half_seasonal)
+                if self.period is not None else 0)
+        return max(self._recent_reach, days)
+
+    @property
+    def _recent_reach(self) -> int:
+        # The first day's fits look back 4 x their windows (``_last``) and bridge recent_windows more.
+        return 4 * max(self.recent_windows, self.trend_windows, self.curve_windows, self.steady_windows) + self.recent_windows
+
+    def reach_choices(self) -> tuple[int, ...]:
+        """The reaches a run may read over, longest first: every window the reference keeps, the
+        recent windows only (the first day's predictions, whatever history there is), or none (the
+        plain statistic). A run takes the longest whose charge the budget pays (the releaser, from
+        the ledger: public), and sets ``run_reach_windows``.
+
+        >>> RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36).reach_choices()
+        (600, 156, 0)
+        """
+        return tuple(sorted({self.reach_windows, self._recent_reach, 0}, reverse=True))
+
+    @property
+    def reach_seconds(self) -> float:
+        """``reach_windows`` in seconds: how far before a run's first window its charge begins."""
+        return self.reach_windows * self.window_seconds
 
     @property
     def rhythm_variance(self) -> float:
@@ -301,7 +272,7 @@ class RhythmReference:
         self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
         if scores is not None:
             self._scores[int(index)] = np.asarray(scores, dtype=np.float32).reshape(units.shape)
-        keep_from = int(index) - SEASONAL_DAYS * (self.period or 0) - 4 * self.recent_windows - self.half_seasonal
+        keep_from = int(index) + 1 - self.reach_windows  # what compare(index + 1) may read, no more
         for old in [k for k in self._windows if k < keep_from]:
             del self._windows[old]
             self._scores.pop(old, None)
@@ -345,18 +316,22 @@ class RhythmReference:
         return out
 
     # -- the comparison ---------------------------------------------------------------
+    def _has(self, j: int) -> bool:
+        """Window ``j`` was kept and lies within the comparison's reach (``_sets`` sets the floor)."""
+        return j >= self._floor and j in self._windows
+
     def _last(self, before: int, count: int) -> list[int]:
         """The last ``count`` windows kept before ``before``, looking back at most 4 ``count``
         windows (public: the calendar and when the monitor ran)."""
-        out = [j for j in range(before - 1, before - 1 - 4 * count, -1) if j in self._windows][:count]
+        out = [j for j in range(before - 1, before - 1 - 4 * count, -1) if self._has(j)][:count]
         return out[::-1]
 
     def _day_shape(self, day: int, fills: Sequence[int] = ()) -> "tuple[tuple[list[int], np.ndarray], tuple[list[int], np.ndarray]] | None":
         """The means over the windows around ``day`` and over the hour before them, a day-old
         hour, each as (windows, coefficients) (``_bridged``, marked windows filled from ``fills``
         first), or None when too few were kept (the monitor was not running)."""
-        same = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if j in self._windows]
-        before = [j for j in range(day - self.recent_windows, day) if j in self._windows]
+        same = [j for j in range(day - self.half_seasonal, day + self.half_seasonal + 1) if self._has(j)]
+        before = [j for j in range(day - self.recent_windows, day) if self._has(j)]
         if 2 * len(same) < 2 * self.half_seasonal + 1 or 2 * len(before) < self.recent_windows:
             return None
         return self._bridged(same, fills=fills), self._bridged(before, fills=fills)
@@ -381,7 +356,7 @@ class RhythmReference:
         coef: dict[int, float] = {}
 
         def unpaged(steps: "Sequence[int]") -> "int | None":
-            return next((k for k in steps if k in self._windows and not self._windows[k][2]), None)
+            return next((k for k in steps if self._has(k) and not self._windows[k][2]), None)
 
         for j, share in zip(windows, coefficients):
             lo = hi = None
@@ -417,6 +392,7 @@ class RhythmReference:
         calendar, which windows the monitor released and ``steady_line``, as in ``outline``). The
         first prediction is the mode's own; the recent mode adds the level (``compare`` takes the
         lower statistic)."""
+        self._floor = index - (self.reach_windows if self.run_reach_windows is None else self.run_reach_windows)
         recent = self._last(index, self.recent_windows)
         if self.period is not None:
             # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
@@ -439,7 +415,7 @@ class RhythmReference:
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the last trend_windows windows), so a rising hour is not a surge.
         recent = self._last(index, self.trend_windows)
-        if 2 * len(recent) < self.trend_windows:
+        if 2 * len(recent) < self.trend_windows or len(recent) < 2:  # a line needs two windows
             return "baseline", [], False
         sets = [(recent, trend_coefficients(recent, index)), (recent, np.full(len(recent), 1.0 / len(recent)))]
         steady = False
@@ -534,8 +510,8 @@ class RhythmReference:
             first, others = min(max(first, rhythm - guard_margin), rhythm + guard_margin), []
         elif steady:
             # The guards hold the steady line from below too: after a bend (3 hours after a ramp, the
-            # line through the ramp and the flat overshoots) it stood up to 104 events under the lower
-            # and missed the surges there.
+            # line through the ramp and the flat overshoots) it stood under the lower guard and missed
+            # the surges there (docs/benchmarks/alarm-rhythm.md, "Trial history").
             first = max(first, min(others[:-1]) - guard_margin)
         margins = [guard_margin] * (len(others) - 1) + [int(level_margin)]
         statistic = min([first] + [s + margin for s, margin in zip(others, margins)])
@@ -574,6 +550,18 @@ class RhythmReference:
         if n_units:
             totals = [t + int(np.clip(np.rint(a_now - p), lo, hi).sum(dtype=np.int64)) for t, p in zip(totals, preds)]
         return totals
+
+
+def reference_for(settings, window_seconds: float) -> "RhythmReference | None":
+    """The rhythm reference the alarm settings (``config.alarm``) ask for, or None (the plain
+    statistic: ``follow_rhythm`` off, or an absolute ``threshold``). The releaser compares with
+    it; the budget plan reads its reach from it."""
+    if not settings.follow_rhythm or settings.threshold is not None:
+        return None
+    return RhythmReference(window_seconds, settings.recent_windows, settings.seasonal_windows, settings.rhythm_slack,
+                           trend_error=settings.trend_error, weekend_days=settings.weekend_days,
+                           trend_windows=settings.trend_windows, curve_windows=settings.curve_windows,
+                           steady_windows=settings.steady_windows)
 
 
 def trend_coefficients(windows: Sequence[int], index: int) -> np.ndarray:

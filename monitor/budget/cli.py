@@ -71,6 +71,10 @@ def _plan_report(config: Any, now: float) -> dict[str, Any]:
         "page_epsilon": plan.page_epsilon,
         "one_page_period_epsilon": plan.one_page_epsilon,
         "pages_per_period": plan.pages_per_period,
+        # A run is charged from this far before its first window (the history its queries read), so
+        # the pages one period pays are those of the runs answering within counted_seconds.
+        "reach_seconds": plan.reach_seconds,
+        "counted_seconds": plan.counted_seconds,
         "restart_epsilon": plan.restart_epsilon,
         "summary": plan.summary(),
         "restart_note": plan.restart_note(),

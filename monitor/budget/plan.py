@@ -94,6 +94,22 @@ class BudgetPlan:
     scheduled_reports_per_period: int = 0
     report_on_page: bool = True
     alarm_enabled: bool = True
+    reach_seconds: float = 0.0
+    # The shorter reaches a run reads over where the full one's periods cannot pay (``reach_choices``).
+    fallback_reach_seconds: tuple[float, ...] = ()
+    run_seconds: float = 86400.0
+
+    def with_reach(self, reach_seconds: float) -> "BudgetPlan":
+        """The plan of runs that read ``reach_seconds`` of history."""
+        runs = math.ceil((self.period_seconds + reach_seconds) / self.run_seconds - 1e-9) + 1
+        return dataclasses.replace(self, reach_seconds=reach_seconds, runs_per_period=runs, fallback_reach_seconds=())
+
+    @property
+    def counted_seconds(self) -> float:
+        """How much of the calendar's runs one period counts: a run is charged from its first window
+        less ``reach_seconds`` (the history its queries read), so a period counts the runs that answer
+        within it or up to ``reach_seconds`` after it."""
+        return self.period_seconds + self.reach_seconds
 
     def runs(self, pages: int) -> int:
         """Alarm runs a period with ``pages`` pages touches at most: a quiet run goes on past
@@ -164,6 +180,18 @@ class BudgetPlan:
                 f"delta {self.delta:.2g}) pays for ")
         if not self.quiet_fits:
             return head + "not even a period without a page: the alarm will be suppressed"
+        if self.reach_seconds:
+            # Each run's charge reaches back over the history it reads, so the pages one period must pay
+            # are those of every run answering up to reach_seconds after it.
+            shorter = [self.with_reach(r) for r in self.fallback_reach_seconds]
+            less = "; ".join(f"{p.pages_per_period} in any {duration(p.counted_seconds)} where runs read "
+                             + (f"{duration(p.reach_seconds)} only" if p.reach_seconds else "their own windows only")
+                             for p in shorter)
+            return head + (f"{self.pages_per_period} page(s) in any {duration(self.counted_seconds)} (a run is charged "
+                           f"from {duration(self.reach_seconds)} before its first window: its queries read that much of "
+                           "each person's history); where those periods are spent a new run reads less"
+                           + (f" ({less})" if less else "") + ", then the alarm says 'suppressed' until the oldest charge "
+                           "leaves the rolling period")
         return head + (f"{self.pages_per_period} page(s) per period; after that the alarm says 'suppressed' until the "
                        "oldest charge leaves the rolling period")
 
@@ -177,8 +205,10 @@ class BudgetPlan:
         """One sentence on the cost of a restart (empty without the alarm)."""
         if not self.restart_epsilon:
             return ""
+        back = (f", from {duration(self.reach_seconds)} before the restart on (the history its queries read)"
+                if self.reach_seconds else "")
         return (f"each restart (Ctrl-C and start again, a crash, a deploy) opens a new alarm run: "
-                f"epsilon {self.restart_epsilon:g} (alarm.epsilon_threshold) more in the periods it touches")
+                f"epsilon {self.restart_epsilon:g} (alarm.epsilon_threshold) more in the periods it touches{back}")
 
     def advice(self) -> str:
         """How to afford at least one page per period (empty when the budget already does)."""
@@ -191,18 +221,25 @@ class BudgetPlan:
 
 def plan_from_config(config) -> BudgetPlan:
     """The plan of a MonitorConfig."""
+    from monitor.alarm.reference import reference_for
+
     b, a, r = config.budget, config.alarm, config.report
+    reference = reference_for(a, config.window.size_seconds) if a.enabled else None
+    reach = 0.0 if reference is None else reference.reach_seconds
     return BudgetPlan(
         period_seconds=b.period_seconds, window_seconds=config.window.size_seconds, accountant=b.accountant,
         epsilon=b.epsilon, delta=b.delta, threshold_cost=(a.epsilon_threshold, 0.0),
         # A rolling period not aligned on the runs (or the baseline spans) overlaps one more of
-        # them (runs: once a run has paged and ended at its boundary).
-        runs_per_period=math.ceil(b.period_seconds / a.run_seconds - 1e-9) + 1, page_cost=(a.epsilon_page, 0.0),
+        # them (runs: once a run has paged and ended at its boundary); a run's charge begins its
+        # reach before its first window, so the runs of the reach after the period count too.
+        runs_per_period=math.ceil((b.period_seconds + reach) / a.run_seconds - 1e-9) + 1, page_cost=(a.epsilon_page, 0.0),
         baseline_cost=config.baseline_cost(),
         baselines_per_period=math.ceil(b.period_seconds / a.baseline_refresh_seconds - 1e-9) + 1,
         report_cost=config.report_cost(),
         scheduled_reports_per_period=math.ceil(b.period_seconds / r.every_seconds - 1e-9) if r.every_seconds else 0,
-        report_on_page=r.on_alarm, alarm_enabled=a.enabled,
+        report_on_page=r.on_alarm, alarm_enabled=a.enabled, reach_seconds=reach, run_seconds=a.run_seconds,
+        fallback_reach_seconds=() if reference is None else tuple(
+            w * reference.window_seconds for w in reference.reach_choices()[1:]),
     )
 
 
