@@ -345,23 +345,92 @@ def test_the_surge_pages_through_the_private_alarm_and_only_then(stack):
     assert _scalar(stack.prom, 'dp_monitor_reports_total{reason="alarm"}') >= 1
 
 
-def test_the_intake_rule_fires_while_no_event_arrives_and_not_on_traffic(stack):
-    """Before the producer starts the monitor is up with zero intake: DPMonitorNoIntake must fire
-    within 2 windows of the start (plus a scrape and an evaluation), and be quiet while events flow."""
-    t0 = stack.surge[0] - SURGE[0]  # the producer's start
-    firing = _times(_range(stack, 'ALERTS{alertname="DPMonitorNoIntake", alertstate="firing"}'))
-    assert any(t < t0 for t in firing), "the intake rule never fired while no event came"
-    # From the first scrape on (Prometheus sees nothing before): the monitor started with no event,
-    # so one window after its start, plus a scrape and an evaluation (1 s each here).
-    started = min(float(v) for s in _range(stack, "dp_monitor_last_accepted_timestamp_seconds") for _, v in s["values"])
-    scraped = _times(_range(stack, f'up{{job="{OPERATIONAL_JOB}"}}'))[0]
-    assert firing[0] - max(scraped, started + WINDOW_S) <= 2 * WINDOW_S + 2.5, \
-        f"fired {firing[0] - started:.1f} s after the start, {firing[0] - scraped:.1f} s after the first scrape"
-    # 3 windows for the first events to be accepted and scraped (the producer's first sends, a scrape, an evaluation)
-    during = [t for t in firing if t > t0 + 3 * WINDOW_S + 2]
-    assert not during, f"fired {len(during)} times while events flowed, first at +{during[0] - t0:.1f} s" if during else ""
-    assert not _times(_range(stack, 'ALERTS{alertname="DPMonitorIntakeCollapsed", alertstate="firing"}')), \
-        "a steady producer is not a collapse"
+def test_the_intake_rule_fires_within_two_windows_of_traffic_that_stops(kafka_bootstrap, tmp_path):
+    """A monitor of its own (1 s windows, no alarm, no reports: nothing slow in the loop) scraped
+    by a Prometheus of its own, both as the stack above: DPMonitorNoIntake fires while no event
+    has come since the start, is quiet while a producer sends, and fires again within 2
+    windows of the producer's last event (plus a scrape and an evaluation, 1 s each here)."""
+    from monitor.pipeline.broker import free_port
+    from monitor.stream.simulate import open_producer
+
+    ops_port, prom_port = free_port(), free_port()
+    run_id = uuid.uuid4().hex[:8]
+    base = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+    config = {
+        "features": base["features"],
+        "model": {"path": str(tmp_path / "model.json")},
+        "stream": {"input_topic": f"intake-events-{run_id}", "alerts_topic": f"intake-alerts-{run_id}",
+                   "dead_letter_topic": f"intake-dead-{run_id}", "group_id": f"intake-{run_id}", "timestamp_field": "ts"},
+        "window": {"size_seconds": WINDOW_S, "allowed_lateness_seconds": 0.5, "publish_delay_seconds": 0.0},
+        "alarm": {"enabled": False},
+        "report": {**base["report"], "every_seconds": 86400.0},
+        "budget": {"epsilon": 1000.0, "ledger": str(tmp_path / "ledger.sqlite"), "reference_ledger": str(tmp_path / "ref.sqlite")},
+        "metrics": {"host": "127.0.0.1", "port": 0, "operational_port": ops_port},
+    }
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    fit = subprocess.run([sys.executable, "-m", "monitor", "fit", "--config", str(cfg_path), "--reference",
+                          str(REPO / "monitor" / "data" / "reference-vitals.csv"), "--seed", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert fit.returncode == 0, fit.stderr
+    prom_cfg = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    prom_cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    prom_cfg["rule_files"] = [str(docs.RULES)]
+    prom_cfg.pop("alerting")
+    prom_cfg["scrape_configs"] = [j for j in prom_cfg["scrape_configs"] if j["job_name"] == OPERATIONAL_JOB]
+    prom_cfg["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{ops_port}"]}]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg), encoding="utf-8")
+    procs: list[subprocess.Popen] = []
+
+    def spawn(name: str, *args: str) -> subprocess.Popen:
+        log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=tmp_path)
+        proc.log_path = tmp_path / f"{name}.log"
+        log.close()
+        procs.append(proc)
+        return proc
+
+    prom_url = f"http://127.0.0.1:{prom_port}"
+
+    def firing() -> bool:
+        return bool(_scalar(prom_url, 'ALERTS{alertname="DPMonitorNoIntake", alertstate="firing"}'))
+
+    try:
+        prom = spawn("prometheus", "prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                     f"--web.listen-address=127.0.0.1:{prom_port}", f"--storage.tsdb.path={tmp_path / 'tsdb'}", "--log.level=warn")
+        monitor = spawn("monitor", sys.executable, "-m", "monitor", "run", "--config", str(cfg_path), "--bootstrap-servers",
+                        kafka_bootstrap, "--seed", "3", "--log-level", "INFO")
+        _wait(lambda: render.api(prom_url, "status/buildinfo"), 30, "Prometheus to start", [prom])
+        _wait(firing, 60, "the intake rule to fire on a monitor that has accepted nothing since its start", [prom, monitor])
+        assert "no event accepted in the whole window" in monitor.log_path.read_text() or \
+            _wait(lambda: "no event accepted in the whole window" in monitor.log_path.read_text(), 10, "the log line")
+
+        producer = open_producer(kafka_bootstrap)
+        t_start = time.time()
+        sent_until = t_start + 10.0
+        resolved = None
+        while time.time() < sent_until:
+            producer.send(config["stream"]["input_topic"],
+                          json.dumps({"ts": time.time(), **{f["name"]: (f["min"] + f["max"]) / 2 for f in config["features"]}}).encode())
+            producer.flush()
+            if resolved is None and not firing():
+                resolved = time.time()
+            time.sleep(0.02)
+        t_last = time.time()
+        producer.close(timeout=5)
+        assert resolved is not None and resolved - t_start <= 2 * WINDOW_S + 2.5, "the rule stayed firing on traffic"
+        _wait(firing, 30, "the intake rule to fire once the producer stopped", [prom, monitor])
+        fired_after = time.time() - t_last
+        # quiet while the events flowed (after the first events were scraped), fired within 2 windows + scrape + evaluation
+        alerts = render.api(prom_url, "query_range", query='ALERTS{alertname="DPMonitorNoIntake", alertstate="firing"}',
+                            start=resolved + 1.0, end=t_last, step=0.5)["result"]
+        assert not _times(alerts), f"fired while events flowed: {_times(alerts)}"
+        assert fired_after <= 2 * WINDOW_S + 2.5, f"fired {fired_after:.1f} s after the last event"
+        assert "no event accepted in the whole window" in monitor.log_path.read_text().split("events arrive again")[-1]
+        assert _stop(monitor) == 0, _log_tail(monitor)
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
 
 
 def test_budget_rules_fire_when_the_alarm_cannot_be_paid(stack):
