@@ -279,30 +279,29 @@ def reap_orphans(timeout: float = 5.0) -> list[str]:
     return notes
 
 
-def _parent_death_signal():
-    """A ``preexec_fn`` that has the child SIGKILLed when this process dies (Linux
-    PR_SET_PDEATHSIG), or None where there is no prctl.
+# Run in front of the broker's binary: set the parent-death signal, then exec the broker in the
+# same process. A launcher rather than a preexec_fn, which Python calls between fork and exec
+# and which is not safe in a process with threads (a Kafka client's, a test runner's).
+_LAUNCHER = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL\n"
+    "if os.getppid() != int(sys.argv[1]):  # the parent died before the line above\n"
+    "    sys.exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _dies_with_us(cmd: list[str]) -> list[str]:
+    """``cmd`` so that the kernel SIGKILLs it when this process dies, even by ``kill -9``
+    (Linux's PR_SET_PDEATHSIG); ``cmd`` itself elsewhere.
 
     The signal follows the thread that started the child: every EmbeddedBroker is
     started by the thread that also stops it (the main thread of ``monitor run``, the demo,
     a pytest process).
     """
     if sys.platform != "linux":
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the line above
-            os._exit(1)
-
-    return preexec
+        return cmd
+    return [sys.executable, "-S", "-c", _LAUNCHER, str(os.getpid()), *cmd]
 
 
 def broker_binary() -> str:
@@ -365,13 +364,12 @@ class EmbeddedBroker:
         ]
         self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
         self._proc = subprocess.Popen(
-            cmd,
+            _dies_with_us(cmd) if self._die_with_parent else cmd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **self._env},
             start_new_session=True,  # a Ctrl-C in the terminal is ours to handle, not the broker's
-            preexec_fn=_parent_death_signal() if self._die_with_parent else None,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
