@@ -97,9 +97,27 @@ def test_replaying_the_same_range_into_a_given_ledger_charges_nothing_and_writes
         assert led.charge_counts(-1e12, 1e12) == before
 
 
-def _backtest_ledger(workdir: Path, input_name: str) -> Path:
-    digest = hashlib.sha256((workdir / input_name).read_bytes()).hexdigest()[:16]
-    return workdir / "backtest-ledgers" / f"{Path(input_name).stem}-{digest}.sqlite"
+def _events_digest(workdir: Path, input_name: str) -> str:
+    from monitor.config import load_config
+    from monitor.stream.replay import scan_input
+
+    return scan_input(load_config(workdir / "config.yaml"), workdir / input_name).events_digest
+
+
+def _backtest_ledger(workdir: Path, input_name: str, stem: str | None = None) -> Path:
+    """Where a fresh backtest ledger of ``input_name`` is: named by its events' digest."""
+    digest = _events_digest(workdir, input_name)[:16]
+    return workdir / "backtest-ledgers" / f"{stem or Path(input_name).stem}-{digest}.sqlite"
+
+
+def _other_data(workdir: Path, name: str) -> Path:
+    """events.jsonl and one more valid event, long before --start (so no window changes):
+    other events, so a backtest ledger of their own, apart from the other tests'."""
+    shutil.copyfile(workdir / "events.jsonl", workdir / name)
+    with open(workdir / name, "a") as f:
+        f.write(json.dumps({"device_id": f"extra-{name}", "ts": T0 - 100 * WINDOW, "heart_rate": 70.0, "spo2": 97.0,
+                            "skin_temp": 34.0, "resp_rate": 14.0, "activity": 1.0}) + "\n")
+    return workdir / name
 
 
 def _summary(res: subprocess.CompletedProcess) -> str:
@@ -177,9 +195,7 @@ def test_replays_of_the_same_data_add_up_against_one_lifetime_cap(workdir):
     another name with another setting) charge one ledger: the first pays the baseline and the
     alarm run, the second a run and the page but not the report the lifetime cap no longer pays
     for, the third nothing (its records are the stored ones, byte for byte, not a fresh draw)."""
-    shutil.copyfile(workdir / "events.jsonl", workdir / "capped.jsonl")
-    with open(workdir / "capped.jsonl", "a") as f:
-        f.write("\n")  # other bytes: a ledger of its own, apart from the other tests'
+    _other_data(workdir, "capped.jsonl")
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     # Pays the first replay's baseline and alarm run (0.87), then the second's own run (0.6: a
     # replay resumes like a restart) and its page (0.5), but not the page's report (0.28).
@@ -308,9 +324,7 @@ def test_a_failed_replay_leaves_no_partial_output(workdir, monkeypatch):
 
     monkeypatch.setattr(WindowReleaser, "release", failing)
     monkeypatch.chdir(workdir)  # the config's relative ledger folder
-    shutil.copyfile(workdir / "events.jsonl", workdir / "failing.jsonl")
-    with open(workdir / "failing.jsonl", "a") as f:
-        f.write("\n\n")  # a ledger of its own
+    _other_data(workdir, "failing.jsonl")
     out = workdir / "failed.jsonl"
     with pytest.raises(OSError):
         replay(load_config(workdir / "config.yaml"), workdir / "failing.jsonl", T0, T0 + (WINDOWS + 1) * WINDOW, out,
@@ -320,3 +334,139 @@ def test_a_failed_replay_leaves_no_partial_output(workdir, monkeypatch):
     # the windows released before the failure stay charged: a rerun writes them as stored
     with WindowLedger(_backtest_ledger(workdir, "failing.jsonl")) as led:
         assert len(led.entries()) == 4
+
+
+def _variants(path: Path) -> dict[str, bytes]:
+    """The same events in four other forms: a blank line appended, each line's keys in
+    reverse order, the lines shuffled, and compact JSON with integral floats as integers
+    (what `jq -c` writes)."""
+    data = path.read_bytes()
+    lines = data.splitlines()
+
+    def compact(obj):
+        return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in obj.items()}
+
+    shuffled = list(lines)
+    np.random.default_rng(5).shuffle(shuffled)
+    return {
+        "blank": data + b"\n",
+        "keys": b"".join(json.dumps(dict(reversed(json.loads(x).items()))).encode() + b"\n" for x in lines),
+        "lines": b"\n".join(shuffled) + b"\n",
+        "compact": b"".join(json.dumps(compact(json.loads(x)), separators=(",", ":")).encode() + b"\n" for x in lines),
+    }
+
+
+def test_the_same_events_in_another_form_share_one_ledger_and_other_events_do_not(workdir):
+    """A blank line, reordered keys, reordered lines or `jq -c` are the same events: the
+    replay finds their ledger and writes its windows as stored (no new draw, no charge, no
+    new ledger file). One event changed is other data: a ledger of its own, charged."""
+    base = _other_data(workdir, "same.jsonl")
+    folder = workdir / "backtest-ledgers"
+    ledger = _backtest_ledger(workdir, "same.jsonl")
+    end = str(FIRST + WINDOWS * WINDOW)
+    first = _monitor("replay", "--input", "same.jsonl", "--start", str(T0), "--end", end, "--output", "same-out.jsonl",
+                     cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    written = (workdir / "same-out.jsonl").read_bytes()
+    with WindowLedger(ledger) as led:
+        total = led.total_epsilon()
+    assert total > 0
+    files = sorted(p.name for p in folder.iterdir())
+    variants = _variants(base)
+    assert len(set(variants.values()) | {base.read_bytes()}) == 5  # five different files
+    for name, data in variants.items():
+        (workdir / f"same-{name}.jsonl").write_bytes(data)
+        assert _events_digest(workdir, f"same-{name}.jsonl") == _events_digest(workdir, "same.jsonl"), name
+        res = _monitor("replay", "--input", f"same-{name}.jsonl", "--start", str(T0), "--end", end,
+                       "--output", f"same-{name}-out.jsonl", cwd=workdir)
+        assert res.returncode == 0, res.stderr
+        out = _summary(res)
+        assert f"{WINDOWS} of them as stored" in out and "epsilon charged 0 by" in out, (name, out)
+        assert str(ledger.relative_to(workdir)) in res.stderr, (name, res.stderr)
+        assert (workdir / f"same-{name}-out.jsonl").read_bytes() == written, name
+        assert sorted(p.name for p in folder.iterdir()) == files, name
+        with WindowLedger(ledger) as led:
+            assert led.total_epsilon() == total, name
+
+    # one event's heart rate one beat higher: other events, another ledger, drawn and charged
+    lines = base.read_text().splitlines()
+    event = json.loads(lines[100])
+    event["heart_rate"] += 1.0
+    lines[100] = json.dumps(event)
+    (workdir / "same-but-one.jsonl").write_text("\n".join(lines) + "\n")
+    other = _backtest_ledger(workdir, "same-but-one.jsonl", stem="same_but_one")
+    assert other != ledger and not other.exists()
+    res = _monitor("replay", "--input", "same-but-one.jsonl", "--start", str(T0), "--end", end,
+                   "--output", "same-but-one-out.jsonl", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    assert "of them as stored" not in _summary(res) and other.exists(), _summary(res)
+    with WindowLedger(other) as led:
+        assert led.total_epsilon() > 0
+    with WindowLedger(ledger) as led:
+        assert led.total_epsilon() == total
+
+
+def test_a_ledger_named_by_the_files_bytes_is_taken_over_not_forgotten(workdir):
+    """A backtest ledger named the old way (sha256 of the file's bytes) is the next replay's:
+    renamed to the events' name and its windows written as stored; where the events have a
+    ledger already, the old one's charges are added to it (once) and the file is kept aside."""
+    base = _other_data(workdir, "legacy.jsonl")
+    end = str(FIRST + WINDOWS * WINDOW)
+    folder = workdir / "backtest-ledgers"
+
+    def run(out: str) -> str:
+        res = _monitor("replay", "--input", "legacy.jsonl", "--start", str(T0), "--end", end, "--output", out, cwd=workdir)
+        assert res.returncode == 0, res.stderr
+        return _summary(res)
+
+    run("legacy-1.jsonl")
+    new = _backtest_ledger(workdir, "legacy.jsonl")
+    with WindowLedger(new) as led:
+        total = led.total_epsilon()
+    old = folder / f"legacy-{hashlib.sha256(base.read_bytes()).hexdigest()[:16]}.sqlite"
+    os.replace(new, old)  # as an earlier version named it
+    out = run("legacy-2.jsonl")
+    assert "taken over" in out and f"{WINDOWS} of them as stored" in out and "epsilon charged 0 by" in out, out
+    assert new.exists() and not old.exists()
+    assert (workdir / "legacy-2.jsonl").read_bytes() == (workdir / "legacy-1.jsonl").read_bytes()
+    with WindowLedger(new) as led:
+        assert led.total_epsilon() == pytest.approx(total)
+
+    # both: the old one's charges join the events' ledger once, the old file is kept aside
+    shutil.copyfile(new, old)
+    out = run("legacy-3.jsonl")
+    assert "its charges added to" in out and f"{WINDOWS} of them as stored" in out, out
+    assert not old.exists() and old.with_name(old.name + f".folded-into-{new.stem.rsplit('-', 1)[1]}").exists()
+    with WindowLedger(new) as led:
+        assert led.total_epsilon() == pytest.approx(2 * total)
+    out = run("legacy-4.jsonl")
+    assert "taken over" not in out
+    with WindowLedger(new) as led:
+        assert led.total_epsilon() == pytest.approx(2 * total)
+    assert (workdir / "legacy-4.jsonl").read_bytes() == (workdir / "legacy-1.jsonl").read_bytes()
+
+
+def test_a_file_out_of_time_order_releases_what_the_sorted_file_releases(workdir, monkeypatch):
+    """Streaming closes a window once the rest of the file holds none of its events: a
+    shuffled file keeps every event (none late) and, with the same noise, releases the same
+    records as the sorted one; the sorted file holds at most two windows open at a time."""
+    from monitor.config import load_config
+    from monitor.stream import replay as replay_module
+
+    monkeypatch.chdir(workdir)
+    monkeypatch.setattr(replay_module, "_BATCH_LINES", 512)  # many batches in this small file
+    config = load_config(workdir / "config.yaml")
+    lines = (workdir / "events.jsonl").read_bytes().splitlines()
+    shuffled = list(lines)
+    np.random.default_rng(8).shuffle(shuffled)
+    (workdir / "order-shuffled.jsonl").write_bytes(b"\n".join(shuffled) + b"\n")
+    results = {}
+    for name in ("events.jsonl", "order-shuffled.jsonl"):
+        s = replay_module.replay(config, workdir / name, T0, FIRST + WINDOWS * WINDOW, workdir / f"order-{name}.out",
+                                 workdir / f"order-{name}.dead", rng=7, ledger_path=workdir / f"order-{name}.sqlite")
+        results[name] = s
+    a, b = results["events.jsonl"], results["order-shuffled.jsonl"]
+    assert a["accepted"] == b["accepted"] == len(lines) - 1 and "late" not in a and "late" not in b
+    assert (workdir / "order-events.jsonl.out").read_bytes() == (workdir / "order-order-shuffled.jsonl.out").read_bytes()
+    assert a["open_windows_peak"] <= 2 < b["open_windows_peak"]
+    assert a["dead_letter"] == b["dead_letter"] == 1

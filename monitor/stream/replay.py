@@ -8,23 +8,41 @@ dead-letter topics.
 
 Replaying private data is a release, so it charges a ledger like a real run, and that
 ledger remembers. By default it is the input's backtest ledger,
-``<budget.ledger's folder>/backtest-ledgers/<input name>-<sha256 of its bytes, 16 hex>.sqlite``:
-one per content (a copy under another name finds the same one), never deleted, under the
-config's period and lifetime caps (``budget.epsilon``, ``budget.lifetime_epsilon``). Every
-replay of the same data adds to it, so repeated backtests add up against one lifetime cap
-instead of each starting afresh. A window already in the ledger is written out as stored,
-never redrawn: averaging several draws of one window would remove its noise. New windows
-(another range) are charged. ``--redraw`` (another setting on the same data) draws afresh
-into the input's next backtest ledger, ``...-<sha256>.draw<k>.sqlite``, which starts with
-every charge the previous one holds: a new release, charged on top of the earlier ones
-under the same caps, never free. ``--ledger FILE`` charges a given ledger instead (the same
-rules; its caps are its own). Either way the replay holds the ledger's lock
-(``monitor.lockfile``), so it refuses a ledger that a running monitor or another replay writes.
+``<budget.ledger's folder>/backtest-ledgers/<input name>-<events digest, 16 hex>.sqlite``,
+keyed by the events themselves (``events_digest``): each valid event's canonical form (its
+time, entity and configured feature values as the monitor reads them after validation),
+hashed, and the hashes combined as a multiset (their sum modulo 2**256, with the count).
+So blank lines, invalid lines, the order of the lines or of a line's keys, spacing and
+number spelling (``jq -c``, 72 for 72.0) leave the ledger the same; one event more, less or
+different makes it another. One ledger per content (a copy under another name finds the
+same one), never deleted, under the config's period and lifetime caps
+(``budget.epsilon``, ``budget.lifetime_epsilon``). Every replay of the same data adds to
+it, so repeated backtests add up against one lifetime cap instead of each starting
+afresh. A window already in the ledger is written out as stored, never redrawn:
+averaging several draws of one window would remove its noise. New windows (another
+range) are charged. ``--redraw`` (another setting on the same data) draws afresh into the
+input's next backtest ledger, ``...-<digest>.draw<k>.sqlite``, which starts with every
+charge the previous one holds: a new release, charged on top of the earlier ones under the
+same caps, never free. ``--ledger FILE`` charges a given ledger instead (the same rules;
+its caps are its own). Either way the replay holds the ledger's lock
+(``monitor.lockfile``), so it refuses a ledger that a running monitor or another replay
+writes. A ledger named the old way, by the sha256 of the file's bytes, is taken over by the
+next replay of those bytes: renamed to the events' name, or, where the events already have
+a ledger, its charges added to that one and the old file kept as ``*.folded-into-<digest>``.
+
+Two streaming passes, memory bounded by the windows still open and the alarm's state, not
+by the file: the first (``scan_input``) computes the digest, which picks the ledger, and
+notes each window's last batch of lines; the second validates in batches (one
+``EventSchema.parse_batch`` call per batch of lines, as the live path) and releases each
+window as soon as the rest of the file holds none of its events. So a file need not be in
+time order, and every event in [--start, --end) counts in its window however far from
+its place it stands, as when the whole file was held (no event is late); a file in time
+order holds one or two windows at a time, a shuffled one all of them.
 
 The output file appears only when the whole replay succeeded (written beside it, then
 renamed); windows charged before a failure stay in the ledger and are written as stored
-next time. All events are held until the end (the file need not be in time order), so the
-file must fit in memory.
+next time. A file that changes while it is replayed is refused (the windows released
+before stay charged).
 """
 
 from __future__ import annotations
@@ -38,12 +56,17 @@ import os
 import re
 import sys
 from collections import Counter
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, NamedTuple, Sequence
+
+import numpy as np
 
 from monitor.errors import MonitorError
+from monitor.pipeline.windows import take
 
-__all__ = ["replay", "configure_replay", "parse_time", "backtest_ledger", "input_digest"]
+__all__ = ["replay", "configure_replay", "parse_time", "backtest_ledger", "input_digest", "scan_input", "events_digest",
+           "InputScan"]
 
 # Epoch seconds beyond this (year 5138) are taken for milliseconds in a user's input.
 _MS_HINT_ABOVE = 1e11
@@ -51,6 +74,15 @@ BACKTEST_DIR = "backtest-ledgers"
 _DIGEST_CHARS = 16  # 64 bits of sha256: two different inputs never share a ledger by chance
 # Pages listed one per line in the summary; the rest are counted (``monitor alerts --input`` shows all).
 _PAGES_LISTED = 20
+# Lines read and validated at a time (both passes cut the file the same way); a batch is
+# one EventSchema.parse_batch call, halved around an invalid line down to _SPLIT_BELOW.
+_BATCH_LINES = 16384
+_SPLIT_BELOW = 64
+_PROGRESS_LINES = 1_000_000
+# Entities' encoded forms kept between batches (the same devices come back every window).
+_ENTITY_CACHE = 1_000_000
+# Bumped if the canonical form of an event changes: a new form is a new key.
+_CANONICAL_VERSION = 1
 
 
 def parse_time(text: str, option: str) -> float:
@@ -79,7 +111,8 @@ def parse_time(text: str, option: str) -> float:
 
 
 def input_digest(input_path: Path) -> str:
-    """sha256 of the input's bytes (hex): what names its backtest ledger."""
+    """sha256 of the input's bytes (hex): what named a backtest ledger before ledgers were
+    named by their events (``events_digest``); used to find such a ledger and take it over."""
     try:
         with open(input_path, "rb") as f:
             return hashlib.file_digest(f, "sha256").hexdigest()
@@ -87,34 +120,230 @@ def input_digest(input_path: Path) -> str:
         raise MonitorError(f"cannot read --input {input_path}: {err.strerror}") from None
 
 
+class _Valid(NamedTuple):
+    """Consecutive valid events of one batch, in file order, as columns."""
+
+    ts: np.ndarray  # (n,) epoch seconds
+    X: np.ndarray  # (n, d) raw feature values, config order
+    entities: list[str] | None
+    ids: list[str | None]  # the event's own id, or None
+    lines: Sequence[int]  # each event's line number (1-based)
+
+
+def _batches(source) -> Iterator[tuple[int, list[bytes]]]:
+    """(first line number, lines) of ``_BATCH_LINES`` lines each: the same cut on both passes."""
+    line_no = 1
+    while True:
+        lines = list(islice(source, _BATCH_LINES))
+        if not lines:
+            return
+        yield line_no, lines
+        line_no += len(lines)
+
+
+def _validate(schema, lines: list[bytes], first_line: int) -> tuple[list[_Valid], list[tuple[int, bytes, Any]]]:
+    """The valid events of a batch (in file order) and its invalid lines (line number, bytes,
+    ``InvalidEvent``): exactly the live path's validation (``EventSchema``), one call per batch
+    where it is all valid (``parse_batch``), per line only near an invalid line. Blank lines
+    are neither."""
+    values = [line.strip() for line in lines]
+    if all(values):
+        numbers: Sequence[int] = range(first_line, first_line + len(values))
+    else:
+        numbers = [first_line + k for k, v in enumerate(values) if v]
+        values = [v for v in values if v]
+    valid: list[_Valid] = []
+    invalid: list[tuple[int, bytes, Any]] = []
+
+    def per_line(lo: int, hi: int) -> None:
+        from monitor.pipeline.events import InvalidEvent
+
+        ts, rows, ents, ids, nos = [], [], [], [], []
+        for k in range(lo, hi):
+            try:
+                ev = schema.parse(values[k])
+            except InvalidEvent as bad:
+                invalid.append((numbers[k], values[k], bad))
+                continue
+            ts.append(ev.timestamp), rows.append(ev.features), ents.append(ev.entity), ids.append(ev.event_id)
+            nos.append(numbers[k])
+        if ts:
+            valid.append(_Valid(np.asarray(ts, dtype=float), np.asarray(rows, dtype=float).reshape(len(ts), -1),
+                                ents if schema.entity_field else None, ids, nos))
+
+    def part(lo: int, hi: int, first_try: bool = True) -> None:
+        batch = schema.parse_batch(values[lo:hi]) if hi - lo >= _SPLIT_BELOW else None
+        if batch is not None:
+            valid.append(_Valid(batch.timestamps, batch.X, batch.entities, batch.event_ids, numbers[lo:hi]))
+            return
+        if hi - lo < 2 * _SPLIT_BELOW:
+            per_line(lo, hi)
+            return
+        # An invalid line (or ISO times) somewhere: halve, so one bad line costs a few
+        # batch calls, not a batch of per-line calls; where both halves fail, go per line.
+        mid = (lo + hi) // 2
+        left, right = schema.parse_batch(values[lo:mid]), schema.parse_batch(values[mid:hi])
+        if left is None and right is None:
+            per_line(lo, hi)
+            return
+        for (a, b), got in (((lo, mid), left), ((mid, hi), right)):
+            if got is not None:
+                valid.append(_Valid(got.timestamps, got.X, got.entities, got.event_ids, numbers[a:b]))
+            else:
+                part(a, b)
+
+    if values:
+        part(0, len(values))
+    return valid, invalid
+
+
+def _event_sum(part: _Valid, cache: dict) -> int:
+    """Sum over the events of their canonical digests (each read as a 256-bit integer).
+
+    An event's canonical form is what the monitor uses of it after validation: its time and
+    feature values as IEEE-754 doubles (little-endian, config order; exact, so 72, 72.0 and
+    7.2e1 are one value) and its entity (a tag byte, then UTF-8; an integer entity is its
+    decimal string, as the windows see it). Key order, spacing, number spelling and any
+    other field of the line do not enter it."""
+    n = len(part.ts)
+    rows = np.empty((n, 1 + part.X.shape[1]), dtype="<f8")
+    rows[:, 0] = part.ts
+    rows[:, 1:] = part.X
+    fixed = rows.view(np.dtype((np.void, rows.shape[1] * 8))).ravel().tolist()
+    sha = hashlib.sha256
+    if part.entities is None:
+        digests = [sha(r + b"\x00").digest() for r in fixed]
+    else:
+        tags = [cache.get(e) or cache.setdefault(e, b"\x01" + e.encode("utf-8", "surrogatepass")) for e in part.entities]
+        if len(cache) > _ENTITY_CACHE:
+            cache.clear()
+        digests = [sha(r + t).digest() for r, t in zip(fixed, tags)]
+    limbs = np.frombuffer(b"".join(digests), dtype="<u4").reshape(n, 8).sum(axis=0, dtype=np.uint64)
+    return sum(int(v) << (32 * j) for j, v in enumerate(limbs.tolist()))
+
+
+class InputScan(NamedTuple):
+    """The first pass over an input (``scan_input``): what names its backtest ledger, and
+    where in the file each window's last event is (so the second pass closes each window
+    as soon as the file holds no more of its events)."""
+
+    events_digest: str  # sha256 hex of the valid events as a multiset (``events_digest``)
+    byte_digest: str  # sha256 hex of the bytes (finds a ledger named the old way)
+    events: int  # valid events
+    invalid: int  # invalid lines
+    last_batch: dict[int, int]  # window index -> the last batch holding one of its events
+    window_size: float
+    stat: tuple[int, int, int, int]  # (device, inode, size, mtime_ns) when scanned
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def scan_input(config, input_path: Path) -> InputScan:
+    """One streaming pass over ``input_path``: the digest of its valid events (what keys its
+    backtest ledger), the digest of its bytes, and each window's last batch. Memory: one
+    batch of lines and a number per window."""
+    from monitor.pipeline.events import EventSchema
+
+    schema = EventSchema.from_config(config)
+    size = config.window.size_seconds
+    total, events, invalid = 0, 0, 0
+    last_batch: dict[int, int] = {}
+    cache: dict = {}
+    raw = hashlib.sha256()
+    try:
+        source = open(input_path, "rb")
+    except OSError as err:
+        raise MonitorError(f"cannot read --input {input_path}: {err.strerror}") from None
+    with source:
+        before = _stat_key(os.fstat(source.fileno()))
+        for b, (first_line, lines) in enumerate(_batches(source)):
+            raw.update(b"".join(lines))
+            valid, bad = _validate(schema, lines, first_line)
+            invalid += len(bad)
+            for part in valid:
+                events += len(part.ts)
+                total += _event_sum(part, cache)
+                for n in np.unique(np.floor(part.ts / size).astype(np.int64)).tolist():
+                    last_batch[n] = b
+        if _stat_key(os.fstat(source.fileno())) != before:
+            raise MonitorError(f"--input {input_path} changed while it was read: replay a file that is no longer written to")
+    return InputScan(events_digest(config, events, total), raw.hexdigest(), events, invalid, last_batch, size, before)
+
+
+def events_digest(config, events: int, digest_sum: int) -> str:
+    """The key of a backtest ledger: sha256 over the feature names (config order), whether
+    events carry an entity, the number of valid events and the sum of their canonical
+    digests modulo 2**256 (``_event_sum``): a multiset hash, so the order of the lines,
+    blank lines and the JSON's spelling leave it unchanged, and any other event changes it."""
+    body = json.dumps({"canonical": _CANONICAL_VERSION, "features": list(config.feature_names),
+                       "entity": config.stream.entity_field is not None, "events": events,
+                       "sum": f"{digest_sum % (1 << 256):064x}"}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _ledger_folder(config) -> Path:
+    return Path(config.budget.ledger).parent / BACKTEST_DIR
+
+
+def _draws_named(folder: Path, digest: str) -> list[tuple[str, int, Path]]:
+    pattern = re.compile(rf"(.+-{digest[:_DIGEST_CHARS]})(?:\.draw(\d+))?\.sqlite")
+    return sorted((m.group(1), int(m.group(2) or 1), p) for p in (folder.iterdir() if folder.is_dir() else ())
+                  if (m := pattern.fullmatch(p.name)))
+
+
 def _backtest_ledgers(config, input_path: Path, digest: str) -> tuple[Path, dict[int, Path]]:
     # (the first draw's path, which also names the lock; the existing draws by number).
     # Found by the digest alone, so a renamed input, or a deleted first draw, forgets nothing.
-    digest = digest[:_DIGEST_CHARS]
-    folder = Path(config.budget.ledger).parent / BACKTEST_DIR
-    pattern = re.compile(rf"(.+-{digest})(?:\.draw(\d+))?\.sqlite")
-    found = sorted((m.group(1), int(m.group(2) or 1), p) for p in (folder.iterdir() if folder.is_dir() else ())
-                   if (m := pattern.fullmatch(p.name)))
+    folder = _ledger_folder(config)
+    found = _draws_named(folder, digest)
     if found:
         stem = found[0][0]
     else:
-        stem = (re.sub(r"[^A-Za-z0-9._]+", "_", Path(input_path).stem)[:40] or "input") + f"-{digest}"
+        stem = (re.sub(r"[^A-Za-z0-9._]+", "_", Path(input_path).stem)[:40] or "input") + f"-{digest[:_DIGEST_CHARS]}"
     return folder / f"{stem}.sqlite", {k: p for st, k, p in found if st == stem}
+
+
+def _byte_keyed(config, byte_digest: str) -> dict[int, Path]:
+    """The draws of a ledger named by the input's bytes (as before ledgers were named by
+    their events), by number."""
+    found = _draws_named(_ledger_folder(config), byte_digest)
+    return {k: p for st, k, p in found if st == found[0][0]} if found else {}
 
 
 def _draw_path(base: Path, k: int) -> Path:
     return base if k == 1 else base.with_name(f"{base.stem}.draw{k}.sqlite")
 
 
-def backtest_ledger(config, input_path: Path, digest: str | None = None, redraw: bool = False) -> Path:
-    """The backtest ledger of an input: keyed by its content, in ``backtest-ledgers/`` beside
-    ``budget.ledger``. The name starts with the input's file name only to be readable; an
-    existing ledger of the same content under another name is the one returned. Its latest
-    draw, or with ``redraw`` the next one (``--redraw``)."""
-    base, draws = _backtest_ledgers(config, input_path, digest or input_digest(input_path))
+def backtest_ledger(config, input_path: Path, digest: str | None = None, redraw: bool = False,
+                    scan: InputScan | None = None) -> Path:
+    """The backtest ledger of an input: keyed by its valid events (``events_digest``), in
+    ``backtest-ledgers/`` beside ``budget.ledger``. The name starts with the input's file
+    name only to be readable; an existing ledger of the same events under another name is
+    the one returned, and one named by the same bytes the old way is the one the next
+    replay takes over (under this name). Its latest draw, or with ``redraw`` the next one."""
+    if digest is None:
+        scan = scan or scan_input(config, input_path)
+        digest = scan.events_digest
+    base, draws = _backtest_ledgers(config, input_path, digest)
+    if not draws and scan is not None:
+        draws = {k: _draw_path(base, k) for k in _byte_keyed(config, scan.byte_digest)}
     if not draws:
         return base
     return _draw_path(base, max(draws) + 1) if redraw else draws[max(draws)]
+
+
+def _add_charges(previous: Path, led) -> None:
+    # A window row's cost is its report's; "report" composes as that row did.
+    from monitor.budget.ledger import WindowLedger
+
+    with WindowLedger(previous) as old, led.transaction():
+        for e in old.entries():
+            if e.released and (e.epsilon > 0 or e.delta > 0):
+                led.add_charge("report", e.window_start, e.window_end, e.epsilon, e.delta)
+        for _, kind, start, end, eps, delta in old.span_charges():
+            led.add_charge(kind, start, end, eps, delta)
 
 
 def _seed_draw(previous: Path, new: Path) -> None:
@@ -124,20 +353,65 @@ def _seed_draw(previous: Path, new: Path) -> None:
 
     tmp = new.with_name(f".{new.name}.seeding-{os.getpid()}")
     tmp.unlink(missing_ok=True)
-    with WindowLedger(previous) as old, WindowLedger(tmp) as led:
-        with led.transaction():
-            # A window row's cost is its report's; "report" composes as that row did.
-            for e in old.entries():
-                if e.released and (e.epsilon > 0 or e.delta > 0):
-                    led.add_charge("report", e.window_start, e.window_end, e.epsilon, e.delta)
-            for _, kind, start, end, eps, delta in old.span_charges():
-                led.add_charge(kind, start, end, eps, delta)
-        assert math.isclose(led.total_epsilon(), old.total_epsilon(), rel_tol=1e-12, abs_tol=1e-12)
+    with WindowLedger(tmp) as led:
+        _add_charges(previous, led)
+        with WindowLedger(previous) as old:
+            assert math.isclose(led.total_epsilon(), old.total_epsilon(), rel_tol=1e-12, abs_tol=1e-12)
     os.replace(tmp, new)
 
 
+def _move_ledger(old: Path, new: Path) -> None:
+    """Rename a closed ledger with its SQLite side files (a clean open and close first
+    folds a write-ahead log left by a crash into the file)."""
+    from monitor.budget.ledger import WindowLedger
+
+    WindowLedger(old).close()
+    for suffix in ("-wal", "-shm", "-journal"):
+        side = old.with_name(old.name + suffix)
+        if side.exists():
+            os.replace(side, new.with_name(new.name + suffix))
+    os.replace(old, new)
+
+
+def _take_over_byte_keyed(config, scan: InputScan, base: Path, draws: dict[int, Path]) -> list[tuple[Path, Path, str]]:
+    """A ledger named by this input's bytes (from before ledgers were named by their
+    events) is this input's: with no ledger of its events yet, its draws are renamed to the
+    events' names (kept, charges and stored windows whole); beside one, the old one's
+    charges are added to the latest draw and it is renamed ``...sqlite.folded-into-<key>``
+    (kept, never counted twice). Under ``base``'s lock. Returns (old, new, how) per file."""
+    from monitor.budget.ledger import WindowLedger
+    from monitor.lockfile import LedgerInUse, LedgerLock
+
+    old = _byte_keyed(config, scan.byte_digest)
+    if not old:
+        return []
+    try:
+        lock = LedgerLock(old[min(old)]).acquire()
+    except LedgerInUse as err:
+        raise MonitorError(f"the backtest ledger named by this input's bytes, {old[min(old)].resolve()}, is in use by "
+                           f"another replay ({err}): wait for it to finish") from None
+    done = []
+    try:
+        if not draws:
+            for k, path in sorted(old.items()):
+                _move_ledger(path, _draw_path(base, k))
+                done.append((path, _draw_path(base, k), "renamed"))
+        else:
+            with WindowLedger(draws[max(draws)]) as led:
+                _add_charges(old[max(old)], led)  # the latest draw holds every earlier draw's charges
+            done.append((old[max(old)], draws[max(draws)], "charges added"))
+            for k, path in sorted(old.items()):
+                folded = path.with_name(f"{path.name}.folded-into-{scan.events_digest[:_DIGEST_CHARS]}")
+                _move_ledger(path, folded)
+                done.append((path, folded, "renamed"))
+    finally:
+        lock.release()
+    return done
+
+
 def replay(config, input_path: Path, start: float, end: float, output_path: Path, dead_letter_path: Path,
-           rng=None, progress=None, ledger_path: Path | None = None, redraw: bool = False) -> dict[str, Any]:
+           rng=None, progress=None, ledger_path: Path | None = None, redraw: bool = False,
+           scan: InputScan | None = None) -> dict[str, Any]:
     """Replay ``input_path`` over the windows in [start, end); returns counts of what happened
     (operator output, NOT private) and, under ``"pages"``, each page of the output (its
     window start, headline, epsilon and whether it was stored by an earlier replay: all
@@ -150,11 +424,16 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     ``redraw``: draw every window afresh into the input's next backtest ledger, seeded with
     every charge of the previous one. Raises ``MonitorError`` if another process holds the
     ledger's lock.
+
+    Two streaming passes: ``scan_input`` (the events' digest, which picks the ledger, and
+    where each window's last event lies; ``scan`` if the caller made it already), then the
+    replay, which releases each window as soon as the file holds no more of its events.
+    Memory holds the windows still open, not the file: a file in time order holds about one.
     """
     from monitor.budget.accountant import BudgetAccountant
     from monitor.budget.ledger import WindowLedger
     from monitor.lockfile import LedgerInUse, LedgerLock
-    from monitor.pipeline.events import EventSchema, InvalidEvent
+    from monitor.pipeline.events import EventSchema
     from monitor.pipeline.publisher import headline
     from monitor.pipeline.service import load_model
     from monitor.pipeline.windows import WindowStore
@@ -175,12 +454,14 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     if redraw and not own:
         raise MonitorError("--redraw draws afresh into the input's next backtest ledger; a ledger given with --ledger keeps "
                            "its windows as stored: leave out one of them")
+    if scan is None or scan.window_size != size:
+        scan = scan_input(config, input_path)
     draw = None
+    taken_over: list[tuple[Path, Path, str]] = []
     if own:
         # Every draw of one content shares the first draw's lock: two replays never pick
         # the same next draw, nor charge one while the other seeds the next.
-        digest = input_digest(input_path)
-        base, _ = _backtest_ledgers(config, input_path, digest)
+        base, _ = _backtest_ledgers(config, input_path, scan.events_digest)
     else:
         base = ledger_path = Path(ledger_path)
     try:
@@ -197,7 +478,10 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     partial = output_path.with_name(f".{output_path.name}.partial-{os.getpid()}")
     try:
         if own:
-            _, draws = _backtest_ledgers(config, input_path, digest)  # again: now under the lock
+            _, draws = _backtest_ledgers(config, input_path, scan.events_digest)  # again: now under the lock
+            taken_over = _take_over_byte_keyed(config, scan, base, draws)
+            if taken_over:
+                _, draws = _backtest_ledgers(config, input_path, scan.events_digest)
             draw = max(draws, default=1) + (redraw and bool(draws))
             ledger_path = _draw_path(base, draw)
             if draw not in draws and draws:
@@ -205,35 +489,17 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
         model = load_model(config)
         schema = EventSchema.from_config(config)
         store = WindowStore(size, config.window.allowed_lateness_seconds, first, len(config.features))
+        end_index = store.index_of(last_end)
         counts: Counter[str] = Counter()
-        try:
-            source = open(input_path, "rb")
-        except OSError as err:
-            raise MonitorError(f"cannot read --input {input_path}: {err.strerror}") from None
-        with source, open(dead_letter_path, "w", encoding="utf-8") as dead:
-            for line_no, line in enumerate(source, start=1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    ev = schema.parse(line)
-                except InvalidEvent as bad:
-                    counts["dead_letter"] += 1
-                    dead.write(json.dumps({"line": line_no, "reason": bad.reason, "detail": bad.detail,
-                                           "value": line.decode("utf-8", "replace")}) + "\n")
-                    continue
-                if not first <= ev.timestamp < last_end:
-                    counts["outside"] += 1
-                    continue
-                status = store.add_one(ev.timestamp, ev.features, False, event_id=ev.event_id or f"line {line_no}",
-                                       entity=ev.entity)
-                counts[status] += 1
-                if progress is not None and line_no % 10000 == 0:
-                    progress(line_no)
         b = config.budget
         ledger_path.parent.mkdir(parents=True, exist_ok=True)
         ledger = WindowLedger(ledger_path)
         pages: list[dict[str, Any]] = []
+        try:
+            source = open(input_path, "rb")
+        except OSError as err:
+            ledger.close()
+            raise MonitorError(f"cannot read --input {input_path}: {err.strerror}") from None
         try:
             accountant = BudgetAccountant.from_settings(ledger, b)
             lifetime_before = ledger.total_epsilon()
@@ -243,9 +509,10 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
                           if not e.released and e.window_start < last_end]
             releaser = WindowReleaser(config, accountant, model, rng=rng)
             delay = config.window.allowed_lateness_seconds + config.window.publish_delay_seconds
-            with open(partial, "w", encoding="utf-8") as out:
-                # Every scheduled window in [first, last_end), empty or not, in order.
-                for window in store.close_due(last_end + config.window.allowed_lateness_seconds):
+
+            def release_through(now: float, out) -> None:
+                # Every scheduled window closing by ``now``, empty or not, in order.
+                for window in store.close_due(now):
                     counts["windows"] += 1
                     span = next((s for s in suppressed if s[0] <= window.start < s[1]), None)
                     if span is not None:
@@ -268,6 +535,53 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
                         counts["pages"] += 1
                         pages.append({"window_start": record.get("window_start"), "headline": headline(report),
                                       "epsilon": record_eps, "stored": released.replayed})
+
+            def changed() -> MonitorError:
+                return MonitorError(f"--input {input_path} changed during the replay: the windows released so far stay "
+                                    f"charged to {ledger_path}; replay a file that is no longer written to")
+
+            with source, open(dead_letter_path, "w", encoding="utf-8") as dead, open(partial, "w", encoding="utf-8") as out:
+                if _stat_key(os.fstat(source.fileno())) != scan.stat:
+                    raise changed()
+                no_flags = np.zeros(_BATCH_LINES, dtype=bool)
+                last_batch = scan.last_batch
+                for batch_no, (first_line, lines) in enumerate(_batches(source)):
+                    valid, invalid = _validate(schema, lines, first_line)
+                    for line_no, value, bad in invalid:
+                        counts["dead_letter"] += 1
+                        dead.write(json.dumps({"line": line_no, "reason": bad.reason, "detail": bad.detail,
+                                               "value": value.decode("utf-8", "replace")}) + "\n")
+                    for part in valid:
+                        ts = part.ts
+                        inside = (ts >= first) & (ts < last_end)
+                        keep = None if inside.all() else np.flatnonzero(inside)
+                        if keep is not None:
+                            counts["outside"] += len(ts) - len(keep)
+                            if not len(keep):
+                                continue
+                        ids, lines_of, entities = part.ids, part.lines, part.entities
+                        if keep is not None:
+                            ts, X = ts[keep], part.X[keep]
+                            ids, lines_of = take(ids, keep), take(lines_of, keep)
+                            entities = None if entities is None else take(entities, keep)
+                        else:
+                            X = part.X
+                        if None in ids:
+                            ids = [f"line {n}" if i is None else i for i, n in zip(ids, lines_of)]
+                        counts.update(store.add_batch(ts, X, no_flags[:len(ts)], event_ids=ids, entities=entities))
+                    # Release every window the rest of the file has no event of (the scan
+                    # says which): the same windows as holding the whole file, none late.
+                    n = store.next_index
+                    while n < end_index and last_batch.get(n, -1) <= batch_no:
+                        n += 1
+                    if n > store.next_index:
+                        release_through(store.close_time(n - 1), out)
+                    counts["open_windows_peak"] = max(counts["open_windows_peak"], len(store._open))
+                    if _stat_key(os.fstat(source.fileno())) != scan.stat:
+                        raise changed()
+                    if progress is not None and (first_line + len(lines) - 1) // _PROGRESS_LINES > (first_line - 1) // _PROGRESS_LINES:
+                        progress(first_line + len(lines) - 1)
+                release_through(last_end + config.window.allowed_lateness_seconds, out)
             spent = accountant.spent(last_end)[0]
             lifetime = ledger.total_epsilon()
             epsilon = max(0.0, lifetime - lifetime_before)
@@ -284,7 +598,7 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     return {**counts, "epsilon_charged": epsilon, "epsilon_spent_in_last_period": spent,
             "epsilon_lifetime_spent": lifetime, "first": first, "last_end": last_end,
             "ledger": ledger_path, "backtest_ledger": own, "pages": pages,
-            "draw": draw}
+            "draw": draw, "taken_over": taken_over, "events_digest": scan.events_digest}
 
 
 def _iso(t: float) -> str:
@@ -333,12 +647,20 @@ def run_replay_command(args: argparse.Namespace) -> int:
     if args.redraw and args.ledger is not None:
         raise MonitorError("--redraw draws afresh into the input's next backtest ledger; a ledger given with --ledger keeps "
                            "its windows as stored: leave out one of them")
-    digest = input_digest(args.input)
-    own_ledger = backtest_ledger(config, args.input, digest)
+    print(f"reading {args.input} for the digest of its events (which names its backtest ledger)", file=sys.stderr)
+    scan = scan_input(config, args.input)
+    own_ledger = backtest_ledger(config, args.input, scan.events_digest, scan=scan)
+    old = _byte_keyed(config, scan.byte_digest)
     ledger = args.ledger or own_ledger
-    if args.ledger is None and args.redraw and own_ledger.exists():
-        where = (f"a fresh draw in {backtest_ledger(config, args.input, digest, redraw=True)}, which starts with every charge "
-                 f"of {own_ledger}: a new release, charged on top of the earlier draws under the same caps")
+    if args.ledger is None and old:
+        print(f"{', '.join(str(p) for p in old.values())}: a backtest ledger of these bytes named the old way (by the "
+              f"file's bytes, not its events); this replay takes it over as this input's "
+              + ("(renamed)" if not _backtest_ledgers(config, args.input, scan.events_digest)[1]
+                 else "(its charges added to the events' ledger, the file kept as *.folded-into-*)"), file=sys.stderr)
+    if args.ledger is None and args.redraw and (own_ledger.exists() or old):
+        where = (f"a fresh draw in {backtest_ledger(config, args.input, scan.events_digest, redraw=True, scan=scan)}, which "
+                 f"starts with every charge of {own_ledger}: a new release, charged on top of the earlier draws under the "
+                 "same caps")
     elif args.ledger is None:
         where = (f"the backtest ledger of this input, {ledger} (every replay of the same data charges it: its period and "
                  f"lifetime caps hold across them; budget.ledger {config.budget.ledger} is not charged)")
@@ -350,7 +672,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
     print(f"replaying {args.input} over [{_iso(start)}, {_iso(end)}): replaying private data is a release; "
           f"this charges {where}", file=sys.stderr)
     s = replay(config, args.input, start, end, args.output, dead, ledger_path=args.ledger, redraw=args.redraw,
-               progress=lambda n: print(f"  read {n} lines", file=sys.stderr))
+               progress=lambda n: print(f"  replayed {n} lines", file=sys.stderr), scan=scan)
     table = Table(title=f"Backtest [{_iso(s['first'])}, {_iso(s['last_end'])}) -> {args.output}", show_header=False,
                   box=None, title_justify="left")
     table.add_column(style="bold")
@@ -375,6 +697,9 @@ def run_replay_command(args: argparse.Namespace) -> int:
     table.add_row("ledger", f"{s['ledger']}" + ("" if draw is None else " (the backtest ledger of this input"
                                                 + (f", draw {draw}: it holds the charges of draws 1 to {draw - 1} too)"
                                                    if draw > 1 else ")")))
+    for before, after, how in s["taken_over"]:
+        table.add_row("taken over", f"{before}: named by the file's bytes (before ledgers were named by their events), "
+                      + ("renamed " if how == "renamed" else "its charges added to ") + str(after))
     table.add_row("ledger spent", f"{s['epsilon_spent_in_last_period']:.4g} in the rolling period ending {_iso(s['last_end'])} "
                   f"(limit {b.epsilon:g}); {s['epsilon_lifetime_spent']:.4g} since the ledger began ({_limit(b.lifetime_epsilon)})")
     table.add_row("events", f"{s.get('accepted', 0)} in windows, {s.get('duplicate_entity', 0)} duplicates of an entity in a "
