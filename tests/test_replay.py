@@ -470,3 +470,27 @@ def test_a_file_out_of_time_order_releases_what_the_sorted_file_releases(workdir
     assert (workdir / "order-events.jsonl.out").read_bytes() == (workdir / "order-order-shuffled.jsonl.out").read_bytes()
     assert a["open_windows_peak"] <= 2 < b["open_windows_peak"]
     assert a["dead_letter"] == b["dead_letter"] == 1
+
+
+def test_a_file_that_changes_during_the_replay_is_refused(workdir, monkeypatch):
+    """The ledger was picked by the first pass's digest: events appended while the second
+    pass reads would be released under another file's ledger."""
+    from monitor.config import load_config
+    from monitor.errors import MonitorError
+    from monitor.stream import replay as replay_module
+
+    monkeypatch.chdir(workdir)
+    monkeypatch.setattr(replay_module, "_BATCH_LINES", 512)
+    monkeypatch.setattr(replay_module, "_PROGRESS_LINES", 512)
+    path = _other_data(workdir, "growing.jsonl")
+
+    def append(_lines: int) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps({"device_id": "late-comer", "ts": FIRST + 3 * WINDOW, "heart_rate": 70.0, "spo2": 97.0,
+                                "skin_temp": 34.0, "resp_rate": 14.0, "activity": 1.0}) + "\n")
+
+    out = workdir / "growing-out.jsonl"
+    with pytest.raises(MonitorError, match="changed during the replay"):
+        replay_module.replay(load_config(workdir / "config.yaml"), path, T0, FIRST + WINDOWS * WINDOW, out,
+                             workdir / "growing.dead", rng=1, progress=append)
+    assert not out.exists() and not list(workdir.rglob("*.lock"))

@@ -620,8 +620,9 @@ def configure_replay(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, type=Path, help="JSON-lines file to write one alert record per window to")
     parser.add_argument("--dead-letter", type=Path, help="where invalid events go, with their reason (default: OUTPUT.dead-letter.jsonl)")
     parser.add_argument("--ledger", type=Path, metavar="FILE",
-                        help="charge this ledger instead of the input's backtest ledger (backtest-ledgers/NAME-SHA256.sqlite "
-                             "beside budget.ledger, shared by every replay of the same data). Windows already in the ledger "
+                        help="charge this ledger instead of the input's backtest ledger (backtest-ledgers/NAME-DIGEST.sqlite "
+                             "beside budget.ledger, DIGEST of the file's valid events, whatever their order or JSON "
+                             "formatting: shared by every replay of the same events). Windows already in the ledger "
                              "are written as stored, never redrawn. A ledger a running monitor holds is refused")
     parser.add_argument("--redraw", action="store_true",
                         help="draw every window afresh (another setting on the same data) into the input's next backtest "
