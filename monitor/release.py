@@ -284,9 +284,12 @@ class WindowReleaser:
             cost = (self.baseline.epsilon, 0.0)
             # The estimate covers its whole span: every period the span touches must pay.
             if self._fits(window, cost) and self.accountant.fits_span(span_start, window.end, cost, "baseline"):
-                self.ledger.add_charge("baseline", span_start, window.end, *cost)
+                # What it costs follows its released count: a span with too little traffic releases
+                # the count alone (``BaselineTracker.release``), at most the cost admitted.
                 released_baseline = self.baseline.release(window.end)
-                charges.append({"kind": "baseline", "epsilon": cost[0], "delta": 0.0, "span": [span_start, window.end]})
+                paid = (released_baseline.epsilon, 0.0)
+                self.ledger.add_charge("baseline", span_start, window.end, *paid)
+                charges.append({"kind": "baseline", "epsilon": paid[0], "delta": 0.0, "span": [span_start, window.end]})
             else:  # not paid: the next span starts afresh, the old estimate stays in use
                 self.baseline.skip()
         self._use_rung(self.baseline.rung, window)

@@ -107,8 +107,8 @@ def test_the_statistic_is_an_exact_integer_whatever_the_rate():
 def test_baseline_clips_each_entity_and_uses_the_scheduled_span_for_sensitivity():
     t = BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=600, refresh_seconds=600, flag_cap=3, rng=0)
     for i in range(10):  # one entity flagged in every window: only 3 of its flags count
-        t.learn_one(i * 60, i * 60 + 60, np.array([True, False]), ["heavy", f"p{i}"])
-    assert t._totals[0].flagged == 3 and t._events == 20
+        t.learn_one(i * 60, i * 60 + 60, np.arange(31) == 0, ["heavy", *(f"p{i}-{k}" for k in range(30))])
+    assert t._totals[0].flagged == 3 and t._events == 310
     est = t.release(600)
     assert est.span_windows == 10 and est.epsilon == 2.0
 
@@ -126,7 +126,7 @@ def test_a_later_spans_cap_grows_with_the_released_traffic_and_sets_its_sensitiv
     cap = t.span_cap()
     assert cap == span_flag_cap(3, 1e6, 10, first.events_per_window, first.rate) and cap > 10  # all 10 windows
     for i in range(2, 12):  # one entity flagged in every window of the 10-window span: all 10 count
-        t.learn_one(i * 60, i * 60 + 60, np.array([True, False]), ["heavy", f"q{i}"])
+        t.learn_one(i * 60, i * 60 + 60, np.arange(31) == 0, ["heavy", *(f"q{i}-{k}" for k in range(30))])
     assert t._totals[0].flagged == 10
     assert t.release(720).flag_cap == cap
     small = BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=120, refresh_seconds=600, flag_cap=3, rng=0)
@@ -167,19 +167,27 @@ def test_threshold_grows_with_the_expected_count():
 
 
 def test_a_degenerate_first_baseline_is_retried_once_at_the_warm_up_length():
-    # The first span saw no traffic (the producer started later): its estimate is announced
-    # as degenerate and the next span is a warm-up span again, not a whole refresh later;
-    # a second degenerate estimate (a fleet too small) falls back to the refresh schedule.
-    t = BaselineTracker(1.0, 1.0, window_seconds=60, warmup_seconds=120, refresh_seconds=3600, flag_cap=None, rng=0)
-    for start in (0, 60):
-        t.learn_one(start, start + 60, np.zeros(0, bool))
-    first = t.release(120)
-    assert first.events_per_window < 20 and t.warming_up
-    assert t.span_length() == 120 and t.epsilon == 2.0  # warm-up share again
-    for start in (120, 180):
-        t.learn_one(start, start + 60, np.zeros(3, bool))
-    t.release(240)
-    assert not t.warming_up and t.span_length() == 3600
+    # The first span saw no traffic (the producer started later): its released count says so,
+    # so only the count is released and paid, and the next span is a warm-up span again, not a
+    # whole refresh later, as often as the count says too little traffic (each costs the count's
+    # epsilon alone). A released rate that is degenerate (0) is retried once at the warm-up
+    # length; a second one (a fleet too small) falls back to the refresh schedule.
+    t = BaselineTracker(1.0, 0.5, window_seconds=60, warmup_seconds=120, refresh_seconds=3600, flag_cap=None, rng=0)
+    for span in range(3):  # no traffic, then 3 events a window: the count alone, each time
+        for start in (span * 120, span * 120 + 60):
+            t.learn_one(start, start + 60, np.zeros(3 * span, bool))
+        est = t.release(span * 120 + 120)
+        assert est.events_per_window < 20 and est.epsilon == 0.5 and t.warming_up
+        assert t.span_length() == 120 and t.epsilon == 1.5  # a warm-up's cost again, if the count allows
+    for span in (3, 4):  # enough traffic, nothing flagged: a rate of 0 (or its noise), released in full
+        for start in (span * 120, span * 120 + 60):
+            t.learn_one(start, start + 60, np.zeros(50, bool))
+        est = t.release(span * 120 + 120)
+        assert est.events_per_window >= 20 and est.epsilon == 1.5
+        assert t.warming_up == (span == 3 and est.rate <= 0)  # a degenerate rate: once more
+        if not t.warming_up:
+            break
+    assert t.span_length() == 3600
 
 
 def _exact_losses(base, moves, scale_t, scale_q, threshold_noise="folded"):

@@ -314,3 +314,53 @@ def test_a_persons_clipped_weight_is_exact_in_floats_and_never_above_the_cap(cap
         without = totals(everyone - {person})
         assert full.flagged - without.flagged == full.per_unit[person]  # exact, in floats
         assert 0.0 <= full.squared - without.squared <= full.per_unit[person]
+
+
+def test_a_warm_up_with_too_little_traffic_pays_its_count_only_and_tries_again(tmp_path, vitals_model):
+    """No traffic: a warm-up whose released event count (released first) says too little traffic
+    releases nothing more and costs epsilon_baseline_events alone, and the next span is a warm-up
+    again; one whose count came out at MIN_BASELINE_EVENTS_PER_WINDOW or above by its noise pays in
+    full, as before (the count's noise is some 50 events a window at its epsilon). Once the traffic
+    comes the alarm answers."""
+    from monitor.alarm.calibrate import MIN_BASELINE_EVENTS_PER_WINDOW
+
+    def releaser(seed):
+        config = parse_config({
+            "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+            "stream": {"entity_field": "device_id"},
+            "window": {"size_seconds": 900},
+            "alarm": {"baseline_warmup_seconds": 3600},
+            "report": {"on_alarm": False},
+            "budget": {"ledger": str(tmp_path / f"ledger-{seed}.sqlite"), "epsilon": 12.0, "accountant": "basic"},
+        })
+        b = config.budget
+        return config.alarm, WindowReleaser(config, BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta,
+                                                                     b.period_seconds, b.accountant), vitals_model, rng=seed)
+
+    def release(r, i, traffic=None):
+        X, entities, _ = traffic.window(i) if traffic is not None else (np.zeros((0, 5)), [], None)
+        w = ClosedWindow(i * 900.0, (i + 1) * 900.0, X, np.zeros(0, bool), (), tuple(entities))
+        return json.loads(r.release(w, released_at=(i + 1) * 900.0).entry.payload)
+
+    count_only = 0
+    for seed in range(8):
+        a, r = releaser(seed)
+        full = a.epsilon_baseline_warmup + a.epsilon_baseline_events
+        for i in range(12):
+            rec = release(r, i)
+            for charge in rec["charges"]:
+                if charge["kind"] != "baseline":
+                    continue
+                if rec["baseline"]["events_per_window"] < MIN_BASELINE_EVENTS_PER_WINDOW:
+                    count_only += 1
+                    assert charge["epsilon"] == pytest.approx(a.epsilon_baseline_events)
+                    assert rec["baseline"]["epsilon"] == pytest.approx(a.epsilon_baseline_events)
+                    assert rec["alarm_detail"]["state"] == "warming_up"
+                else:
+                    assert charge["epsilon"] == pytest.approx(full)
+    assert count_only >= 8  # most empty warm-ups, and each tried again one warm-up later
+    # A quiet start, then traffic: the alarm starts after a warm-up of the traffic.
+    a, r = releaser(1)
+    many = Traffic(people=400, days=1, seed=1, window_seconds=900)
+    records = [release(r, i, many if i >= 8 else None) for i in range(20)]
+    assert any(rec["alarm_detail"]["state"] == "quiet" for rec in records[12:])

@@ -42,8 +42,8 @@ from typing import Sequence
 
 import numpy as np
 
-from monitor.alarm.calibrate import (baseline_problem, baseline_rate_error, fleet_rung, kappa_estimate, kappa_raised,
-                                     span_flag_cap, span_windows)
+from monitor.alarm.calibrate import (MIN_BASELINE_EVENTS_PER_WINDOW, baseline_problem, baseline_rate_error, fleet_rung,
+                                     kappa_estimate, kappa_raised, span_flag_cap, span_windows)
 from monitor.dp import noise_source
 
 __all__ = ["BaselineEstimate", "BaselineTracker", "profile_bend", "profile_level", "profile_load", "profile_spread",
@@ -368,6 +368,8 @@ class BaselineTracker:
         events_sensitivity = 1 if self.flag_cap is None else w
         events = self._noise.laplace(events_sensitivity / self.epsilon_events, center=float(self._events))
         per_window = max(0.0, events / w)
+        if per_window < MIN_BASELINE_EVENTS_PER_WINDOW:
+            return self._release_count_only(window_end, w, per_window)
         # The count comes first: it chooses the rung whose totals are released.
         rung = self._choose_rung(per_window if events >= w else None)
         levels = None if self.levels is None else self.levels[rung]
@@ -449,6 +451,23 @@ class BaselineTracker:
         if events_per_window is None:
             return current or 0
         return fleet_rung(self.levels, events_per_window, current)
+
+    def _release_count_only(self, window_end: float, w: int, per_window: float) -> BaselineEstimate:
+        """The released count says the span had too little traffic for any rate (``baseline_problem``):
+        its flagged totals are not released, and the estimate costs the count's epsilon alone
+        (``epsilon_events``; a choice from a released value: post-processing). It carries the
+        previous rate, so the alarm stays warming up, and the next span is a warm-up span again."""
+        previous = self.estimate
+        released = BaselineEstimate(
+            rate=previous.rate if previous is not None else 0.0, events_per_window=per_window,
+            span_start=float(self._span_start), span_end=float(window_end), span_windows=w, epsilon=self.epsilon_events,
+            rate_error=previous.rate_error if previous is not None else 0.0,
+            levels=previous.levels if previous is not None else (None if self.levels is None else self.levels[0]))
+        if not self._keeps_previous(released):
+            self.estimate = released
+        self.refit_reason = None
+        self.skip()
+        return released
 
     def _keeps_previous(self, released: BaselineEstimate) -> bool:
         """A refresh whose rate came out unusable (0: its noise was larger than the count, which

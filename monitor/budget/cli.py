@@ -78,6 +78,8 @@ def _plan_report(config: Any, now: float) -> dict[str, Any]:
         "restart_epsilon": plan.restart_epsilon,
         "summary": plan.summary(),
         "restart_note": plan.restart_note(),
+        "first_day_epsilon": plan.first_day_epsilon,
+        "first_day_note": plan.first_day_note(),
         "advice": plan.advice(),
     }
     if plan.accountant == "pld":
@@ -203,6 +205,8 @@ def _time(t: float) -> str:
 
 def _render_plan(console, plan: dict[str, Any]) -> None:
     console.print(f"[bold]Plan[/] (as of {plan['now']}): {plan['summary']}.")
+    if plan.get("first_day_note"):
+        console.print(f"  First day: {plan['first_day_note']}.")
     if plan.get("restart_note"):
         console.print(f"  Restarts: {plan['restart_note']}.")
     if plan["advice"]:

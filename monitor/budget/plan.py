@@ -98,6 +98,9 @@ class BudgetPlan:
     # The shorter reaches a run reads over where the full one's periods cannot pay (``reach_choices``).
     fallback_reach_seconds: tuple[float, ...] = ()
     run_seconds: float = 86400.0
+    warmup_cost: Cost = (0.0, 0.0)
+    count_cost: Cost = (0.0, 0.0)
+    warmup_seconds: float = 0.0
 
     def with_reach(self, reach_seconds: float) -> "BudgetPlan":
         """The plan of runs that read ``reach_seconds`` of history."""
@@ -201,6 +204,22 @@ class BudgetPlan:
         dies with the process, so the next start opens (and pays for) a new run."""
         return self.threshold_cost[0] if self.alarm_enabled else 0.0
 
+    @property
+    def first_day_epsilon(self) -> float:
+        """Epsilon of the first period: the warm-up estimate in place of one daily baseline."""
+        if not self.alarm_enabled or not self.baselines_per_period:
+            return self.quiet_epsilon
+        return self.quiet_epsilon - self.baseline_cost[0] + self.warmup_cost[0]
+
+    def first_day_note(self) -> str:
+        """One sentence on the first period's cost and a warm-up without traffic (empty without the alarm)."""
+        if not self.alarm_enabled or not self.warmup_cost[0]:
+            return ""
+        return (f"the first {duration(self.period_seconds)} cost epsilon {self.first_day_epsilon:.3g} (the warm-up estimate of "
+                f"{self.warmup_cost[0]:g} in place of a daily one); a warm-up whose released event count shows too little "
+                f"traffic releases nothing more and costs {self.count_cost[0]:g} (alarm.epsilon_baseline_events), and the next "
+                f"warm-up follows {duration(self.warmup_seconds)} later")
+
     def restart_note(self) -> str:
         """One sentence on the cost of a restart (empty without the alarm)."""
         if not self.restart_epsilon:
@@ -238,6 +257,8 @@ def plan_from_config(config) -> BudgetPlan:
         report_cost=config.report_cost(),
         scheduled_reports_per_period=math.ceil(b.period_seconds / r.every_seconds - 1e-9) if r.every_seconds else 0,
         report_on_page=r.on_alarm, alarm_enabled=a.enabled, reach_seconds=reach, run_seconds=a.run_seconds,
+        warmup_cost=(a.epsilon_baseline_warmup + a.epsilon_baseline_events, 0.0), count_cost=(a.epsilon_baseline_events, 0.0),
+        warmup_seconds=a.baseline_warmup_seconds,
         fallback_reach_seconds=() if reference is None else tuple(
             w * reference.window_seconds for w in reference.reach_choices()[1:]),
     )
