@@ -17,7 +17,8 @@ Protocol, per shared set and seed s (rng = default_rng(s)):
 - the private models at model.epsilon = 1 with seeded noise 1000 s + 1.
 "Ratio" = private TPR / exact kNN's TPR, counted where exact kNN's TPR >= 0.3.
 The 20,000-row cases: "sim_skin3" (`skin_like`: a simulated 3-feature set of 100,000 inliers whose
-outliers only a fine joint grid sees), 32_shuttle[:3] and [:4] (its first 3 and 4 features) and
+outliers only a fine joint grid sees), "sim_gauss3" (`gauss_far`: one Gaussian blob, outliers far
+from all data: the opposite shape), 32_shuttle[:3] and [:4] (its first 3 and 4 features) and
 32_shuttle (d = 9).
 """
 
@@ -46,8 +47,21 @@ TPR_FLOOR = 0.3
 EPSILON = 1.0
 # name -> (file stem, columns or None)
 EXTRA = {"32_shuttle[:3]": ("32_shuttle", [0, 1, 2]), "32_shuttle[:4]": ("32_shuttle", [0, 1, 2, 3]),
-         "sim_skin3": (None, None)}
-LOW_D_LARGE = ("32_shuttle", "32_shuttle[:3]", "32_shuttle[:4]", "sim_skin3")
+         "sim_skin3": (None, None), "sim_gauss3": (None, None)}
+LOW_D_LARGE = ("32_shuttle", "32_shuttle[:3]", "32_shuttle[:4]", "sim_skin3", "sim_gauss3")
+
+
+def gauss_far(seed: int = 0, n_in: int = 100000, n_out: int = 2000, d: int = 3):
+    """The opposite shape: normal data one Gaussian blob (mean 50, sd 15 per feature, clipped to
+    [0, 100]), outliers uniform in the cube at least 3.5 sd from its centre: far from all data,
+    in cells that hold nothing. Fixed seed."""
+    g = np.random.default_rng(seed)
+    Xi = np.clip(g.normal(50, 15, (n_in, d)), 0, 100)
+    Xo = np.empty((0, d))
+    while len(Xo) < n_out:
+        u = g.uniform(0, 100, (4 * n_out, d))
+        Xo = np.vstack([Xo, u[np.linalg.norm((u - 50) / 15, axis=1) > 3.5]])
+    return np.r_[Xi, Xo[:n_out]], np.r_[np.zeros(n_in), np.ones(n_out)].astype(int)
 
 
 def skin_like(seed: int = 0, n_in: int = 100000, n_out: int = 20000, gap: float = 25.0):
@@ -86,6 +100,8 @@ def load(name: str) -> tuple[np.ndarray, np.ndarray]:
     stem, cols = EXTRA.get(name, (name, None))
     if name == "sim_skin3":
         return skin_like()
+    if name == "sim_gauss3":
+        return gauss_far()
     z = np.load(SHARED / "datasets" / f"{stem}.npz")
     X, y = np.asarray(z["X"], dtype=np.float64), np.asarray(z["y"]).astype(int)
     return (X if cols is None else X[:, cols]), y

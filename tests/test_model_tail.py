@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from monitor.model import GridKNN, ModelFileError, default_layout
-from monitor.model._defaults import FINE_MAX_CELLS, FINE_MIN_BINS, K_MIN, RHO_FINE
+from monitor.model._defaults import FINE_MAX_CELLS, FINE_MIN_BINS, K_MIN, K_SQRT_TAIL, RHO_FINE
 from monitor.model._format import _canonical
 from monitor.model._grid import _cells
 
@@ -29,7 +29,7 @@ def test_the_fine_grid_follows_the_arithmetic_and_only_the_noisy_size():
             b = lay.bins[0]
             if fine:  # every cell holds RHO_FINE noise scales on average, and is noised densely
                 assert b >= FINE_MIN_BINS and b**d <= max(n * 0.95 / RHO_FINE, FINE_MIN_BINS**d)
-                assert b**d <= FINE_MAX_CELLS and lay.k == K_MIN
+                assert b**d <= FINE_MAX_CELLS and lay.k == pytest.approx(max(K_MIN, 1 / 0.95, K_SQRT_TAIL * n**0.5))
             else:  # the arithmetic gives fewer than FINE_MIN_BINS: the coarse grids as before
                 assert np.floor((n * 0.95 / RHO_FINE) ** (1 / d) + 1e-9) < FINE_MIN_BINS
     # d = 1 and d >= 5 never get it; explicit settings turn it off

@@ -25,7 +25,7 @@ RHO noise scales), i.e. C * G <= n * epsilon / RHO:
   MARGINAL_BINS bins (the resolution);
 - k = max(K_MIN, K_NOISE * G / epsilon, K_SQRT * sqrt(n)): at least exact kNN's k, at
   least K_NOISE noise scales (noise alone does not reach it), and the classic
-  k ~ sqrt(n) of kNN on larger data.
+  k ~ sqrt(n) of kNN on larger data (the "tail" rule: K_SQRT_TAIL * sqrt(n)).
 
 Above EPSILON_CAP more budget only lowers the noise on the same layout, so accuracy cannot
 fall as the budget grows there.
@@ -64,7 +64,9 @@ K_MIN = 5.0  # ... and at least exact kNN's k
 # fine joint grid follow the data where the v4 rule (chosen for AUROC) stayed coarse.
 RULES = ("tail", "v4")
 DEFAULT_RULE = "tail"
-K_SQRT_TAIL = 0.0  # tail: no sqrt(n) term in k (a large k blurs the sparse cells the tail is made of)
+K_SQRT_TAIL = 0.5  # tail: half the sqrt(n) term in k (a large k blurs the sparse cells the tail is made of; none
+# lets the noise in empty cells reach k, and far outliers then score like the data's thin edges)
+K_NOISE_TAIL = 1.0  # tail: k in noise scales
 FINE_MAX_D = 4  # tail: up to this many features, one joint grid over all of them ...
 FINE_MIN_BINS = 6  # ... when the arithmetic gives it at least this many bins per axis ...
 FINE_MAX_BINS = 64  # ... and at most this many, and at most FINE_MAX_CELLS cells: every cell is noised
@@ -171,7 +173,8 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
     to the joint grids, ``marginals`` is the number of 1-feature grids (0 = none).
     ``rule``: "tail" (the default) or "v4" (the rule before issue 63: k includes sqrt(n),
     never a fine joint grid). They differ in two places only:
-    - k = max(K_MIN, K_NOISE * G / epsilon) under "tail" (no sqrt(n) term);
+    - k = max(K_MIN, K_NOISE * G / epsilon, K_SQRT_TAIL * sqrt(n)) under "tail" (half the
+      v4 rule's sqrt(n) term);
     - "tail", 2 <= d <= FINE_MAX_D and no explicit group_size / n_grids / marginals: when
       one grid over all d features gets at least FINE_MIN_BINS bins per axis with RHO_FINE
       noise scales in its average cell (bins^d <= n epsilon / RHO_FINE), the layout is that
@@ -179,7 +182,7 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
       and the one-feature grids average away, and one grid pays no composition.
 
     >>> default_layout(3, 1.0, n=15000)  # few features, many rows: one fine joint grid
-    Layout(groups=((0, 1, 2),), bins=(15,), k=5.0, depth=2)
+    Layout(groups=((0, 1, 2),), bins=(15,), k=61.237243569579455, depth=2)
     >>> default_layout(3, 1.0, n=15000, rule="v4").bins
     (3, 32, 32, 32)
     """
@@ -189,11 +192,12 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
     e = min(float(epsilon), EPSILON_CAP)
     n = max(float(n), 1.0)
     k_sqrt = K_SQRT_TAIL if rule == "tail" else K_SQRT
+    k_noise = K_NOISE_TAIL if rule == "tail" else K_NOISE
     if (rule == "tail" and 2 <= d <= FINE_MAX_D and group_size is None and n_grids is None and marginals is None):
         cap = min(FINE_MAX_BINS, math.floor(FINE_MAX_CELLS ** (1.0 / d) + 1e-9))
         b1 = int(bins) if bins is not None else min(cap, math.floor((n * e / RHO_FINE) ** (1.0 / d) + 1e-9))
         if b1 >= FINE_MIN_BINS:
-            kk = k if k is not None else max(K_MIN, K_NOISE / e, k_sqrt * math.sqrt(n))
+            kk = k if k is not None else max(K_MIN, k_noise / e, k_sqrt * math.sqrt(n))
             return Layout((tuple(range(d)),), (b1,), float(kk), int(depth if depth is not None else 2))
     mj_want, mm_want = _grid_counts(d, p)
     if n_grids is not None:
@@ -213,6 +217,6 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
     bm = max(MIN_BINS, min(MARGINAL_BINS, math.floor(cells)))
     groups = feature_groups(d, p, mj, seed)
     marg = tuple((f,) for f in marginal_features(d, mm))
-    kk = k if k is not None else max(K_MIN, K_NOISE * g / e, k_sqrt * math.sqrt(n))
+    kk = k if k is not None else max(K_MIN, k_noise * g / e, k_sqrt * math.sqrt(n))
     dp = depth if depth is not None else (2 if p <= 4 else 1)
     return Layout(groups + marg, (b,) * len(groups) + (bm,) * len(marg), float(kk), int(dp))
