@@ -12,7 +12,14 @@ components on the traffic pool:
 - ``switch G``: night weighting -G, day weighting +G, the mixture moving between them over one
   hour (12 windows) at 07:00 and 19:00;
 - ``weekly G``: the wave on weekdays, on Saturday and Sunday along the second component
-  (the runs start on a Friday so that they cross both changes).
+  (the runs start on a Friday so that they cross both changes);
+- ``taylor S``: a real curve, half-hourly electricity demand in England and Wales over 12 weeks
+  of summer 2000 (``bench/curves/taylor.csv``, from the PyPI package pmdarima): the events per
+  window follow the demand in proportion (in place of ``--swing``), and the rows are tilted along
+  the first component by the normalised demand, at the strength that swings the alarm's flagged
+  weight to S (max / mean over the run; ``strength_for_swing``, per set). S is a swing here, not
+  a strength. Runs start on a Wednesday (seed k: week 2k - 1 for the quiet run, 2k for the surge
+  run, of the 12), so a 7-day run meets a Saturday compared with Friday and Thursday.
 
 Events per window follow the existing +-30 % daily swing. For every window the generator knows
 the TRUE expected flagged share of normal events at each flag level (``RowTraffic.expected``),
@@ -63,7 +70,7 @@ from report import REPO, write_run  # noqa: E402
 
 from monitor.alarm.reference import trend_coefficients  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
-from monitor.data.rhythm import Rhythm  # noqa: E402
+from monitor.data.rhythm import Rhythm, RowRhythm, strength_for_swing  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
 
 SCALES = [(1500, 0.05), (10_000, 0.01)]
@@ -71,14 +78,69 @@ RHYTHMS = ["stationary", "wave 0.25", "wave 0.5", "wave 1.0", "switch 0.5", "wee
 SURGES_PER_DAY = 6
 QUIET_DAYS_SIMULATED = 300  # at least: for the exact detector's constant (10 exceedances in 300 days = 1 per 30)
 WEEKLY_FIRST_DAY = 4        # day 0 is a Monday: weekly runs start on a Friday
+CURVES = {"taylor": Path(__file__).resolve().parent / "curves" / "taylor.csv"}  # half-hourly, day 0 a Monday
+CURVE_FIRST_DAY = 2         # curve runs start on a Wednesday (of the week the seed picks)
+
+
+def load_curve(name: str) -> tuple[int, ...]:
+    """A committed curve (``CURVES``): its values, a day's 48 half-hours a line, day 0 a Monday."""
+    rows = [line for line in CURVES[name].read_text().splitlines() if line and not line.startswith("#")]
+    return tuple(int(v) for line in rows for v in line.split(","))
+
+
+def check_curve() -> None:
+    """The committed Taylor table is pmdarima's ``load_taylor()`` value for value (the extra ``curves``)."""
+    try:
+        from pmdarima.datasets import load_taylor
+    except ImportError as err:
+        raise SystemExit(f"--check-curve needs pmdarima (pip install '.[curves]'): {err}")
+    ours = np.array(load_curve("taylor"), dtype=float)
+    theirs = np.asarray(load_taylor(), dtype=float)
+    if ours.shape != theirs.shape or not np.array_equal(ours, theirs):
+        raise SystemExit(f"bench/curves/taylor.csv differs from pmdarima's load_taylor() ({ours.shape} vs {theirs.shape})")
+    print(f"bench/curves/taylor.csv: the same {ours.size} values as pmdarima's load_taylor()")
 
 
 def parse_rhythm(label: str) -> Rhythm:
-    """``stationary`` | ``wave G`` | ``switch G`` | ``weekly G`` (also ``wave:G``)."""
+    """``stationary`` | ``wave G`` | ``switch G`` | ``weekly G`` | ``taylor S`` (also ``wave:G``).
+    A curve's S is the flagged weight's swing, which needs the set (``curve_strength``): here its
+    strength is 0 (the curve's volume alone)."""
     parts = label.replace(":", " ").split()
     if parts[0] in ("stationary", "none"):
         return Rhythm("none", 0.0)
+    if parts[0] in CURVES:
+        target = float(parts[1]) if len(parts) > 1 else 2.0
+        if not target >= 1.0:
+            raise ValueError(f"a curve's number is the flagged weight's swing (max / mean), at least 1, got {target}")
+        curve = load_curve(parts[0])
+        return Rhythm("curve", 0.0, curve=curve, volume=Rhythm("curve", curve=curve).curve_volume)
     return Rhythm(parts[0], float(parts[1]) if len(parts) > 1 else 0.5)
+
+
+def curve_target(label: str) -> "float | None":
+    """A curve rhythm's target swing of the flagged weight (None for the other kinds)."""
+    parts = label.replace(":", " ").split()
+    return (float(parts[1]) if len(parts) > 1 else 2.0) if parts[0] in CURVES else None
+
+
+def first_day_of(rhythm: Rhythm, seed: int, kind: str) -> int:
+    """The rhythm's day a run starts on: a Friday for ``weekly``; for a curve a Wednesday of the
+    week the seed and the run's kind pick (quiet and surge runs on different weeks); else 0."""
+    if rhythm.kind == "weekly":
+        return WEEKLY_FIRST_DAY
+    if rhythm.kind == "curve":
+        week = (2 * (seed - 1) + (kind == "surge")) % max(1, rhythm.curve_days // 7)
+        return 7 * week + CURVE_FIRST_DAY
+    return 0
+
+
+def curve_strength(rhythm: Rhythm, target: float, T: np.ndarray, weight: np.ndarray, first_day: int, days: int,
+                   wpd: int) -> Rhythm:
+    """The curve rhythm at the strength that swings ``weight`` (per normal row) to ``target`` over the run."""
+    times = first_day + np.arange(days * wpd) / wpd
+    g = strength_for_swing(rhythm, RowRhythm(T, rhythm), weight, times, target)
+    return Rhythm(rhythm.kind, g, curve=rhythm.curve, curve_slots=rhythm.curve_slots, volume=rhythm.volume,
+                  weekend=rhythm.weekend)
 
 
 def _join_strengths(tokens: list[str]) -> list[str]:
@@ -205,13 +267,19 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
     for people, share in scales:
         for label in rhythms:
             rhythm = parse_rhythm(label)
-            first_day = WEEKLY_FIRST_DAY if rhythm.kind == "weekly" else 0
+            target = curve_target(label)
             runs = {}
+            strengths = {}
             for kind, n_days in (("quiet", quiet_days), ("surge", days)):
                 if n_days <= 0:
                     continue
+                first_day = first_day_of(rhythm, seed, kind)
+                run_rhythm = rhythm
+                if target is not None:  # the strength for this set's flagged weight over this run's days
+                    run_rhythm = curve_strength(rhythm, target, T, pool_weight[:, 0], first_day, n_days, wpd)
+                    strengths[kind] = run_rhythm.strength
                 traffic = RowTraffic(T, A, bounds, people=people, days=n_days, window_seconds=size, swing=swing,
-                                     seed=seed * 7 + (kind == "quiet"), rhythm=rhythm, first_day=first_day,
+                                     seed=seed * 7 + (kind == "quiet"), rhythm=run_rhythm, first_day=first_day,
                                      persistence=persistence, absence=absence)
                 surges = (plan_surges(n_days, SURGES_PER_DAY, wpd, share, rng=seed * 13 + 1, kinds=("rows",), first=warm + 1,
                                        anytime=anytime)
@@ -226,6 +294,8 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
             C = {k: exact_constants(v["n"], v["r"], rng, len(v["n"]) / wpd, v["people"]) for k, v in runs.items()}
             r = {"set": name, "seed": seed, "people": people, "share": share, "rhythm": label,
                  "flagged_share": flagged_share, "seconds": sum(x["seconds"] for x in runs.values())}
+            if strengths:
+                r["strength"] = strengths
             if "quiet" in runs:
                 q = runs["quiet"]
                 st = q["states"]
@@ -435,7 +505,7 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=1, help="the first seed (default 1): more seeds for rows run before")
     ap.add_argument("--sets", nargs="*", help="data sets (default: every set with at least 3,000 rows)")
     ap.add_argument("--scales", nargs="*", help="people:share, e.g. 1500:0.05 10000:0.01 (default both)")
-    ap.add_argument("--rhythms", nargs="*", help=f"rhythms, e.g. 'wave 0.5' or wave:0.5 (default: {', '.join(RHYTHMS)})")
+    ap.add_argument("--rhythms", nargs="*", help=f"rhythms, e.g. 'wave 0.5' or wave:0.5, or 'taylor 2' (the real curve, its number the flagged weight's swing) (default: {', '.join(RHYTHMS)})")
     ap.add_argument("--days", type=int, default=3, help="days of a surge run (default 3)")
     ap.add_argument("--quiet-days", type=int, default=3, help="days of a quiet run (default 3)")
     ap.add_argument("--swing", type=float, default=0.3, help="events per window swing by +-this share over the day (default 0.3)")
@@ -457,7 +527,11 @@ def main() -> None:
     ap.add_argument("--note", default="", help="a line written under the section's title (e.g. which alarm ran)")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks/alarm-rhythm.md")
     ap.add_argument("--trend-error", action="store_true", help="how far the first day's trend misses each rhythm (no replay)")
+    ap.add_argument("--check-curve", action="store_true", help="check bench/curves/taylor.csv against pmdarima (extra 'curves')")
     args = ap.parse_args()
+    if args.check_curve:
+        check_curve()
+        return
     base = apply_overrides(load_config(args.config), args.alarm_config)
     sets = args.sets or (["38_thyroid"] if args.quick else datasets())
     seeds = 1 if args.quick else args.seeds

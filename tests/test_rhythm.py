@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.data.rhythm import Rhythm, RowRhythm, principal_scores
+from monitor.data.rhythm import Rhythm, RowRhythm, principal_scores, strength_for_swing
 from monitor.data.traffic import RowTraffic
 
 
@@ -24,8 +24,16 @@ def _flags(X: np.ndarray) -> np.ndarray:
     return (d[:, None] > np.quantile(d, [0.95, 0.99])[None, :]).astype(float)
 
 
-@pytest.mark.parametrize("rhythm", [Rhythm("wave", 1.0), Rhythm("switch", 0.5), Rhythm("weekly", 0.5)],
-                         ids=["wave", "switch", "weekly"])
+def _week_curve() -> tuple[float, ...]:
+    """A week of half-hours (day 0 a Monday) shaped like demand: low at night, high by day, lower at the weekend."""
+    h = np.arange(7 * 48) / 48
+    day = 1.0 + 0.5 * np.sin(2 * np.pi * (h - 0.3))
+    return tuple(day * np.where((h // 1) % 7 >= 5, 0.8, 1.0))
+
+
+@pytest.mark.parametrize("rhythm", [Rhythm("wave", 1.0), Rhythm("switch", 0.5), Rhythm("weekly", 0.5),
+                                    Rhythm("curve", 1.5, curve=_week_curve(), volume=0.3)],
+                         ids=["wave", "switch", "weekly", "curve"])
 def test_oracle_rate_is_the_generated_windows_flagged_share(rhythm):
     X = _pool()
     flags = _flags(X)
@@ -159,3 +167,51 @@ def test_persistence_zero_replays_independent_rows_and_bad_shares_are_refused():
     for key in ("persistence", "absence"):
         with pytest.raises(ValueError, match=key):
             RowTraffic(X, None, bounds, people=10, **{key: 1.0})
+
+
+def test_curve_rhythm_follows_its_values_weekends_included():
+    curve = _week_curve()
+    r = Rhythm("curve", 1.0, curve=curve, volume=0.4)
+    x = np.asarray(curve)
+    c = (x - x.mean()) / np.abs(x - x.mean()).max()
+    assert r.curve_days == 7 and r.curve_volume == pytest.approx(np.abs(x - x.mean()).max() / x.mean())
+    # At slot starts the normalised values, linear in between, and the same a week later.
+    assert [r.shape(k / 48) for k in (0, 17, 300)] == pytest.approx([c[0], c[17], c[300]])
+    assert r.shape(17.5 / 48) == pytest.approx((c[17] + c[18]) / 2)
+    assert r.shape(7 + 17 / 48) == pytest.approx(c[17]) and r.shape(-1 / 96) == pytest.approx((c[-1] + c[0]) / 2)
+    assert r.components(17 / 48) == [(1.0, pytest.approx((c[17], 0.0)))]
+    # Saturday noon is lower than Friday noon, in make-up and in volume.
+    assert r.shape(5.5) < r.shape(4.5) and r.volume_factor(5.5) < r.volume_factor(4.5)
+    grid = np.linspace(0, 9.3, 200_001)
+    numeric = np.sum([r.volume_factor(t) for t in grid[:-1:10]]) * (grid[10] - grid[0])
+    assert r.cumulative_volume(9.3) == pytest.approx(numeric, rel=1e-3)
+    # RowTraffic sends people * the volume factor, from a population large enough for the peak.
+    X = _pool()
+    t = RowTraffic(X, None, np.array([[-50.0, 50.0]] * 3), people=300, days=7, seed=2, rhythm=r, first_day=0)
+    assert t.population >= 300 * 1.4
+    assert [t.online(i) for i in (0, 150, 1600)] == [round(300 * r.volume_factor(i / 288)) for i in (0, 150, 1600)]
+    assert len(t.window(1600)[1]) == t.online(1600)
+    # Without a volume the curve tilts the rows only, and the number online keeps its daily swing.
+    flat = RowTraffic(X, None, np.array([[-50.0, 50.0]] * 3), people=300, days=1, seed=2,
+                      rhythm=Rhythm("curve", 1.0, curve=curve))
+    assert flat.online(72) == round(300 * 1.3)
+
+
+def test_strength_for_swing_reaches_the_target_and_curves_refuse_bad_settings():
+    X = _pool()
+    flags = _flags(X)[:, 0]
+    r = Rhythm("curve", 0.0, curve=_week_curve())
+    times = np.arange(7 * 48) / 48
+    rr = RowRhythm(X, r)
+    for target in (1.5, 3.0):
+        g = strength_for_swing(r, rr, flags, times, target)
+        assert RowRhythm(X, Rhythm("curve", g, curve=_week_curve())).swing(flags, times) == pytest.approx(target, abs=1e-3)
+    assert strength_for_swing(r, rr, flags, times, 1e6, most=2.0) == 2.0
+    with pytest.raises(ValueError, match="swing"):
+        strength_for_swing(r, rr, flags, times, 0.5)
+    with pytest.raises(ValueError, match="whole days"):
+        Rhythm("curve", 1.0, curve=(1.0, 2.0, 3.0))
+    with pytest.raises(ValueError, match="constant"):
+        Rhythm("curve", 1.0, curve=(2.0,) * 48)
+    with pytest.raises(ValueError, match="only a rhythm of kind 'curve'"):
+        Rhythm("wave", 1.0, curve=_week_curve())

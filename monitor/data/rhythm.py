@@ -18,6 +18,13 @@ moment the traffic is a mixture of such tilts (:meth:`Rhythm.components`):
   back at ``night_start``;
 - ``weekly``: the wave on weekdays, and on the ``weekend`` days (2 of 7) a wave along the
   SECOND component instead (another part of the normal data moves);
+- ``curve``: a measured curve (``curve``: ``curve_slots`` values a day, day 0 a Monday, repeated
+  after its last day), e.g. a real half-hourly demand curve with its weekends:
+  ``a = (strength * c(t), 0)``, ``c`` the curve centred on its mean, divided by its largest
+  deviation (so in [-1, 1]) and interpolated linearly between slots; ``volume`` then scales
+  the events by ``1 + volume * c(t)`` (:attr:`Rhythm.curve_volume` is the curve's own relative
+  swing: events in proportion to the curve). :func:`strength_for_swing` finds the strength that
+  gives a chosen swing of a per-row quantity;
 - ``none`` (or strength 0): stationary.
 
 :class:`RowRhythm` applies a rhythm to a pool of rows: :meth:`RowRhythm.probabilities` is the
@@ -26,7 +33,8 @@ TRUE expected value per event of anything computed per row (a flag, a graded wei
 oracle an exact detector that knows each window's normal rate uses.
 
 Optionally the volume follows the day too (``volume``: events per window times
-``1 + volume * sin(2 pi t)``; :class:`monitor.data.traffic.RowTraffic` has its own ``swing``).
+``1 + volume * sin(2 pi t)``, or ``1 + volume * c(t)`` for a ``curve``;
+:class:`monitor.data.traffic.RowTraffic` has its own ``swing`` and follows a ``curve``'s volume).
 
 >>> rng = np.random.default_rng(0)
 >>> pool = rng.normal(size=(500, 3))
@@ -36,19 +44,22 @@ Optionally the volume follows the day too (``volume``: events per window times
 True
 >>> np.allclose(RowRhythm(pool, Rhythm("wave", 0.0)).probabilities(0.3), 1 / 500)
 True
+>>> c = Rhythm("curve", 1.0, curve=(1.0, 3.0), curve_slots=2)   # midnight low, noon high
+>>> c.shape(0.0), c.shape(0.25), c.shape(0.5), c.components(0.5)
+(-1.0, 0.0, 1.0, [(1.0, (1.0, 0.0))])
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
-__all__ = ["RHYTHM_KINDS", "Rhythm", "RowRhythm", "principal_scores"]
+__all__ = ["RHYTHM_KINDS", "Rhythm", "RowRhythm", "principal_scores", "strength_for_swing"]
 
-RHYTHM_KINDS: tuple[str, ...] = ("none", "wave", "switch", "weekly")
+RHYTHM_KINDS: tuple[str, ...] = ("none", "wave", "switch", "weekly", "curve")
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,8 @@ class Rhythm:
     """How the normal population is reweighted over the day (see the module docstring).
 
     Time ``t`` is in days from midnight of day 0; day ``d`` is a weekend day when
-    ``d % 7`` is in ``weekend`` (day 0 a Monday by default).
+    ``d % 7`` is in ``weekend`` (day 0 a Monday by default). ``curve`` (kind ``curve`` only):
+    ``curve_slots`` values a day from midnight of day 0, any whole number of days.
     """
 
     kind: str = "wave"
@@ -66,8 +78,12 @@ class Rhythm:
     night_start: float = 19.0    # hour the day -> night switch begins
     weekend: tuple[int, ...] = (5, 6)
     volume: float = 0.0
+    curve: tuple[float, ...] = field(default=(), repr=False)
+    curve_slots: int = 48
 
     def __post_init__(self) -> None:
+        if self.kind == "curve" or self.curve:
+            self._check_curve()
         if self.kind not in RHYTHM_KINDS:
             raise ValueError(f"rhythm kind must be one of {', '.join(RHYTHM_KINDS)}, got {self.kind!r}")
         if not (math.isfinite(self.strength) and self.strength >= 0):
@@ -78,6 +94,47 @@ class Rhythm:
             raise ValueError("need 0 <= day_start < night_start - switch_hours and night_start <= 24")
         if not 0 <= self.volume < 1:
             raise ValueError(f"rhythm volume must be in [0, 1), got {self.volume}")
+
+    def _check_curve(self) -> None:
+        if self.kind != "curve":
+            raise ValueError(f"only a rhythm of kind 'curve' takes a curve, got kind {self.kind!r}")
+        if not (isinstance(self.curve_slots, int) and self.curve_slots >= 1):
+            raise ValueError(f"curve_slots must be a positive whole number, got {self.curve_slots!r}")
+        x = np.asarray(self.curve, dtype=float)
+        if x.ndim != 1 or x.size == 0 or x.size % self.curve_slots:
+            raise ValueError(f"a curve needs whole days of {self.curve_slots} values, got {x.size} values")
+        if not np.isfinite(x).all():
+            raise ValueError("a curve's values must be finite")
+        dev = np.abs(x - x.mean()).max()
+        if dev == 0:
+            raise ValueError("a curve must not be constant")
+        # The normalised shape, and the integral of the linear pieces up to each slot start (the
+        # last piece wraps to the first slot); frozen, so set once here.
+        c = (x - x.mean()) / dev
+        steps = (c + np.roll(c, -1)) / (2 * self.curve_slots)
+        object.__setattr__(self, "_shape", c)
+        object.__setattr__(self, "_area", np.concatenate([[0.0], np.cumsum(steps)]))
+
+    @property
+    def curve_days(self) -> int:
+        """Days the curve covers before it repeats (0 without a curve)."""
+        return len(self.curve) // self.curve_slots if self.curve else 0
+
+    @property
+    def curve_volume(self) -> float:
+        """The curve's own swing relative to its mean (its largest deviation over its mean): with
+        ``volume`` set to it, events follow the curve in proportion (0 without a curve)."""
+        x = np.asarray(self.curve, dtype=float)
+        return float(np.abs(x - x.mean()).max() / x.mean()) if self.curve and x.mean() > 0 else 0.0
+
+    def shape(self, t: float) -> float:
+        """The curve's normalised value at time ``t`` (days): in [-1, 1], mean 0 over the curve,
+        linear between slot starts (and from the last slot back to the first)."""
+        c = self._shape
+        pos = (t * self.curve_slots) % c.size
+        k = int(math.floor(pos))
+        frac = pos - k
+        return float((1.0 - frac) * c[k] + frac * c[(k + 1) % c.size])
 
     @property
     def stationary(self) -> bool:
@@ -94,6 +151,8 @@ class Rhythm:
             return [(1.0, (wave, 0.0))]
         if self.kind == "weekly":
             return [(1.0, (0.0, wave) if day % 7 in self.weekend else (wave, 0.0))]
+        if self.kind == "curve":
+            return [(1.0, (g * self.shape(t), 0.0))]
         lam = self.day_share(frac * 24.0)
         return [(s, a) for s, a in ((1.0 - lam, (-g, 0.0)), (lam, (g, 0.0))) if s > 0]
 
@@ -105,10 +164,19 @@ class Rhythm:
 
     def volume_factor(self, t: float) -> float:
         """Events per unit of time relative to the mean, at time ``t`` (days)."""
+        if self.kind == "curve":
+            return 1.0 + self.volume * self.shape(t)
         return 1.0 + self.volume * math.sin(2 * math.pi * (t - math.floor(t)))
 
     def cumulative_volume(self, t: float) -> float:
         """The integral of :meth:`volume_factor` from 0 to ``t`` (days): events sent by ``t`` over the mean rate."""
+        if self.kind == "curve":
+            c, area, n = self._shape, self._area, self._shape.size
+            laps, pos = divmod(t * self.curve_slots, n)
+            k = int(math.floor(pos))
+            frac = pos - k
+            part = (c[k] * frac + (c[(k + 1) % n] - c[k]) * frac * frac / 2) / self.curve_slots
+            return t + self.volume * (laps * area[-1] + area[k] + part)
         return t + self.volume * (1.0 - math.cos(2 * math.pi * t)) / (2 * math.pi)
 
     def activity_factor(self, t: float) -> float:
@@ -187,3 +255,44 @@ class RowRhythm:
         """max / mean over ``times`` of the expected per-event ``values`` (1.0 = no swing)."""
         r = np.array([self.expected(t, values) for t in times])
         return float(r.max() / r.mean()) if r.mean() > 0 else float("nan")
+
+
+def strength_for_swing(rhythm: Rhythm, pool: "np.ndarray | RowRhythm", values: np.ndarray, times: Sequence[float],
+                       target: float, most: float = 8.0) -> float:
+    """The smallest strength at which ``rhythm`` swings per-row ``values`` ((n,)) to ``target``
+    (max / mean over ``times`` of their expected value per event, :meth:`RowRhythm.swing`), or
+    ``most`` if that strength does not reach it. ``pool``: the rows, or a :class:`RowRhythm` of
+    them (its principal components are reused). A benchmark's knob: a rhythm as strong as a real
+    one is for the quantity that matters (the alarm's flagged weight), where one strength means
+    something else on every data set.
+
+    >>> rng = np.random.default_rng(0)
+    >>> pool = rng.normal(size=(400, 2))
+    >>> values = (pool[:, 0] > 1).astype(float)
+    >>> g = strength_for_swing(Rhythm("wave", 0.0), pool, values, np.arange(48) / 48, 2.0)
+    >>> round(RowRhythm(pool, Rhythm("wave", g)).swing(values, np.arange(48) / 48), 3)
+    2.0
+    """
+    if not target >= 1.0:
+        raise ValueError(f"a swing is max / mean, at least 1, got {target}")
+    base = pool if isinstance(pool, RowRhythm) else RowRhythm(pool, rhythm)
+    values = np.asarray(values, dtype=float)
+
+    def swing(g: float) -> float:
+        rr = RowRhythm.__new__(RowRhythm)  # the same rows and components, another strength
+        rr.pool, rr.u, rr._cache, rr.rhythm = base.pool, base.u, {}, replace(rhythm, strength=g)
+        return rr.swing(values, times)
+
+    # A coarse scan for the first strength past the target (the swing need not grow evenly), then bisection.
+    lo = 0.0
+    for g in np.linspace(0.0, most, 33)[1:]:
+        if swing(float(g)) >= target:
+            hi = float(g)
+            break
+        lo = float(g)
+    else:
+        return float(most)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if swing(mid) < target else (lo, mid)
+    return hi

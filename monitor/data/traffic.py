@@ -184,6 +184,10 @@ class RowTraffic(_DailySchedule):
     so a heavy person is sometimes missing. Both 0 by default (independent rows, everyone online
     sends); :meth:`expected` stays exact (given the people's own rows).
 
+    A rhythm of kind ``curve`` with a ``volume`` sets the number online too:
+    ``people * rhythm.volume_factor(t)`` at the window's start (the curve's own shape, its
+    weekends included), in place of the daily ``swing``.
+
     >>> rng = np.random.default_rng(0)
     >>> t = RowTraffic(rng.normal(size=(300, 3)), rng.normal(5, 1, size=(20, 3)), np.array([[-9.0, 9.0]] * 3), people=50, days=1, seed=1)
     >>> X, ents, anom = t.window(10, [Surge(10, 3, 0.2, "rows")])
@@ -203,6 +207,9 @@ class RowTraffic(_DailySchedule):
             raise ValueError("normal must be a non-empty 2-D array of rows")
         self.bounds = np.asarray(bounds, dtype=float)
         super().__init__(people, days, window_seconds, swing)
+        self._curve_volume = rhythm is not None and rhythm.kind == "curve" and rhythm.volume > 0
+        if self._curve_volume:
+            self.population = int(math.ceil(self.people * (1 + rhythm.volume)))
         self.rng = np.random.default_rng(seed)
         self.order = self.rng.permutation(self.population)
         self.device_ids = [f"p-{i:05d}" for i in range(self.population)]
@@ -219,6 +226,12 @@ class RowTraffic(_DailySchedule):
                                  axis=1)
             # Each person moves to their next hour's row at their own minute, not all at once.
             self._offset = own_rng.integers(max(1, self.windows_per_day // 24), size=self.population)
+
+    def online(self, i: int) -> int:
+        """How many people send an event in window i: the daily swing, or a curve's volume."""
+        if self._curve_volume:
+            return int(round(self.people * self.rhythm.rhythm.volume_factor(self.time_of(i))))
+        return super().online(i)
 
     def time_of(self, i: int) -> float:
         """Window i's start, in days since midnight of day 0 (the rhythm's clock)."""
