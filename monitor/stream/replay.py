@@ -154,47 +154,52 @@ def _validate(schema, lines: list[bytes], first_line: int) -> tuple[list[_Valid]
         values = [v for v in values if v]
     valid: list[_Valid] = []
     invalid: list[tuple[int, bytes, Any]] = []
-
-    def per_line(lo: int, hi: int) -> None:
-        from monitor.pipeline.events import InvalidEvent
-
-        ts, rows, ents, ids, nos = [], [], [], [], []
-        for k in range(lo, hi):
-            try:
-                ev = schema.parse(values[k])
-            except InvalidEvent as bad:
-                invalid.append((numbers[k], values[k], bad))
-                continue
-            ts.append(ev.timestamp), rows.append(ev.features), ents.append(ev.entity), ids.append(ev.event_id)
-            nos.append(numbers[k])
-        if ts:
-            valid.append(_Valid(np.asarray(ts, dtype=float), np.asarray(rows, dtype=float).reshape(len(ts), -1),
-                                ents if schema.entity_field else None, ids, nos))
-
-    def part(lo: int, hi: int, first_try: bool = True) -> None:
-        batch = schema.parse_batch(values[lo:hi]) if hi - lo >= _SPLIT_BELOW else None
-        if batch is not None:
-            valid.append(_Valid(batch.timestamps, batch.X, batch.entities, batch.event_ids, numbers[lo:hi]))
-            return
-        if hi - lo < 2 * _SPLIT_BELOW:
-            per_line(lo, hi)
-            return
-        # An invalid line (or ISO times) somewhere: halve, so one bad line costs a few
-        # batch calls, not a batch of per-line calls; where both halves fail, go per line.
-        mid = (lo + hi) // 2
-        left, right = schema.parse_batch(values[lo:mid]), schema.parse_batch(values[mid:hi])
-        if left is None and right is None:
-            per_line(lo, hi)
-            return
-        for (a, b), got in (((lo, mid), left), ((mid, hi), right)):
-            if got is not None:
-                valid.append(_Valid(got.timestamps, got.X, got.entities, got.event_ids, numbers[a:b]))
-            else:
-                part(a, b)
-
     if values:
-        part(0, len(values))
+        # Plain functions, no closures: a recursive closure is a reference cycle that would
+        # keep each batch's lines alive until the cyclic collector runs.
+        _validate_part(schema, values, numbers, 0, len(values), valid, invalid)
     return valid, invalid
+
+
+def _validate_part(schema, values: list[bytes], numbers: Sequence[int], lo: int, hi: int, valid: list, invalid: list) -> None:
+    batch = schema.parse_batch(values[lo:hi]) if hi - lo >= _SPLIT_BELOW else None
+    if batch is not None:
+        valid.append(_Valid(batch.timestamps, batch.X, batch.entities, batch.event_ids, numbers[lo:hi]))
+        return
+    if hi - lo < 2 * _SPLIT_BELOW:
+        _validate_lines(schema, values, numbers, lo, hi, valid, invalid)
+        return
+    # An invalid line (or ISO times) somewhere: halve, so one bad line costs a few batch
+    # calls, not a batch of per-line calls; where both halves fail, go per line.
+    mid = (lo + hi) // 2
+    left, right = schema.parse_batch(values[lo:mid]), schema.parse_batch(values[mid:hi])
+    if left is None and right is None:
+        _validate_lines(schema, values, numbers, lo, hi, valid, invalid)
+        return
+    for (a, b), got in (((lo, mid), left), ((mid, hi), right)):
+        if got is not None:
+            valid.append(_Valid(got.timestamps, got.X, got.entities, got.event_ids, numbers[a:b]))
+        else:
+            _validate_part(schema, values, numbers, a, b, valid, invalid)
+
+
+def _validate_lines(schema, values: list[bytes], numbers: Sequence[int], lo: int, hi: int, valid: list,
+                    invalid: list) -> None:
+    """``EventSchema.parse`` line by line: the one authority on a rejection's reason and detail."""
+    from monitor.pipeline.events import InvalidEvent
+
+    ts, rows, ents, ids, nos = [], [], [], [], []
+    for k in range(lo, hi):
+        try:
+            ev = schema.parse(values[k])
+        except InvalidEvent as bad:
+            invalid.append((numbers[k], values[k], bad))
+            continue
+        ts.append(ev.timestamp), rows.append(ev.features), ents.append(ev.entity), ids.append(ev.event_id)
+        nos.append(numbers[k])
+    if ts:
+        valid.append(_Valid(np.asarray(ts, dtype=float), np.asarray(rows, dtype=float).reshape(len(ts), -1),
+                            ents if schema.entity_field else None, ids, nos))
 
 
 def _event_sum(part: _Valid, cache: dict) -> int:
