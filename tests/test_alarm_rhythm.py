@@ -390,19 +390,19 @@ def test_budget_says_what_the_baseline_follows_and_the_quietest_and_busiest_hour
     profile = [0.5] * 12 + [1.5] * 12
     base = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5, "profile": profile}
     out = visibility_report(config, {"baseline_in_use": base}, model=model)
-    assert "follows the traffic's daily rhythm" in out["summary"] and "at the busiest" in out["summary"]
-    assert "predicted flagged weight" in out["summary"]
-    assert "a page then holds for 10 windows" in out["summary"]  # the first day's trend (alarm.trend_hold_windows)
-    assert "or its level, where that is lower by a whole threshold" in out["summary"]
+    assert "follows the traffic's daily rhythm" in out["verbose"] and "at the busiest" in out["verbose"]
+    assert "predicted flagged weight" in out["verbose"]
+    assert "a page then holds for 10 windows" in out["verbose"]  # the first day's trend (alarm.trend_hold_windows)
+    assert "or its level, where that is lower by a whole threshold" in out["verbose"]
     fixed = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
                           "alarm": {"threshold_follows_level": False}})
-    assert "predicted flagged weight" not in visibility_report(fixed, {"baseline_in_use": base}, model=model)["summary"]
+    assert "predicted flagged weight" not in visibility_report(fixed, {"baseline_in_use": base}, model=model)["verbose"]
     quiet, busy = out["hours"]["quietest"], out["hours"]["busiest"]
     assert quiet["events_per_window"] < busy["events_per_window"]
     assert busy["threshold"] > quiet["threshold"]
     off = parse_config({"features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
                         "alarm": {"follow_rhythm": False}})
-    assert "rhythm" not in visibility_report(off, {"baseline_in_use": base}, model=model)["summary"]
+    assert "rhythm" not in visibility_report(off, {"baseline_in_use": base}, model=model)["verbose"]
 
 
 def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals_model):
@@ -413,14 +413,14 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
     config = parse_config({"features": features})
     small = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5, "levels": [0.01, 0.1]}
     out = visibility_report(config, {"baseline_in_use": small}, model=vitals_model)
-    assert out["levels_advice"] is None and "sparser" not in out["summary"] and "levels_follow_fleet" not in out["summary"]
+    assert out["levels_advice"] is None and "sparser" not in out["verbose"] and "levels_follow_fleet" not in out["verbose"]
     large = dict(small, rate=0.006, events_per_window=10_000.0, levels=[0.002, 0.02])
     out = visibility_report(config, {"baseline_in_use": large}, model=vitals_model)
     assert out["levels_advice"] is None
-    assert "at the levels 2 % / 0.2 % of normal events exceed" in out["summary"]
+    assert "at the levels 2 % / 0.2 % of normal events exceed" in out["verbose"]
     fixed = parse_config({"features": features, "alarm": {"levels_follow_fleet": False}})
     out = visibility_report(fixed, {"baseline_in_use": dict(large, rate=0.03, levels=None)}, model=vitals_model)
-    assert "alarm.contamination 0.002 and alarm.contamination_graded 0.02" in out["summary"]
+    assert "alarm.contamination 0.002 and alarm.contamination_graded 0.02" in out["verbose"]
 
 
 @pytest.mark.parametrize("level_slope", [0.0, 0.3])
@@ -890,10 +890,10 @@ def test_budget_says_which_days_are_compared_only_with_their_own_kind(vitals_mod
     features = [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES]
     base = {"rate": 0.03, "events_per_window": 1500.0, "rate_error": 0.001, "kappa": 0.5}
     plain = visibility_report(parse_config({"features": features}), {"baseline_in_use": base}, model=vitals_model)
-    assert "weekend_days" not in plain["summary"]
+    assert "weekend_days" not in plain["verbose"]
     weekly = parse_config({"features": features, "alarm": {"weekend_days": [5, 6]}})
     out = visibility_report(weekly, {"baseline_in_use": base}, model=vitals_model)
-    assert "weekend days (UTC weekdays 5, 6; 0 = Monday) only with days of their own kind" in out["summary"]
+    assert "weekend days (UTC weekdays 5, 6; 0 = Monday) only with days of their own kind" in out["verbose"]
 
 
 def _profiled(shape, error: "float | None" = None) -> BaselineEstimate:

@@ -56,9 +56,14 @@ def test_readme_is_short_and_has_what_a_new_user_needs():
     assert '{"machine_id": "press-7"' in own and "KafkaProducer(" in own and "producer.send(" in own
     # the privacy table names every kind of output: the model, the alarm, its baseline, the
     # detailed report, what is outside the guarantee, the ledgers
-    for row in ("model file", "`alarm` of every window", "baseline rate", "report: event count",
-                "operational endpoint", "`monitor run`'s log", "dead-letter topic", "ledgers (SQLite)"):
+    for row in ("model file", "`alarm` of every window", "`alarm_detail`", "baseline rate", "report: event",
+                "`monitor replay`'s alerts file", "operational endpoint", "late publications", "input, dead-letter",
+                "ledgers (SQLite)"):
         assert f"\n| {row}" in README, row
+    table = README[README.index("<!-- begin:privacy-table -->"):README.index("<!-- end:privacy-table -->")]
+    for output in ("`run`'s log", "`score`'s output", "replay's dead-letter file", "the rhythm reference's history",
+                   "cut"):
+        assert output in table, output
 
 
 def test_every_relative_link_in_the_readme_and_docs_exists():

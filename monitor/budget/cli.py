@@ -27,6 +27,8 @@ def configure_budget(parser: argparse.ArgumentParser) -> None:
 
     add_config_option(parser, "names the ledgers and the budget")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also say how the alarm compares each window and at which levels it weighs events")
     parser.add_argument(
         "--at",
         type=float,
@@ -193,7 +195,7 @@ def run_budget(args: argparse.Namespace) -> int:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        _render(report)
+        _render(report, verbose=args.verbose)
     return 0
 
 
@@ -203,7 +205,7 @@ def _time(t: float) -> str:
     return iso(t)
 
 
-def _render_plan(console, plan: dict[str, Any]) -> None:
+def _render_plan(console, plan: dict[str, Any], verbose: bool = False) -> None:
     console.print(f"[bold]Plan[/] (as of {plan['now']}): {plan['summary']}.")
     if plan.get("first_day_note"):
         console.print(f"  First day: {plan['first_day_note']}.")
@@ -216,9 +218,15 @@ def _render_plan(console, plan: dict[str, Any]) -> None:
     if plan.get("visibility"):
         # One unbroken line, so that `monitor budget | grep` finds it whole.
         console.print(f"[bold]What the alarm can see[/]: {plan['visibility']['summary']}.", soft_wrap=True)
+        details = plan["visibility"].get("details") or []
+        if verbose:
+            for line in details:
+                console.print(f"  - {line}.", soft_wrap=True)
+        elif details:
+            console.print("  (`monitor budget --verbose`: how the alarm compares each window, and its levels.)")
 
 
-def _render(report: dict[str, Any]) -> None:
+def _render(report: dict[str, Any], verbose: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -262,7 +270,7 @@ def _render(report: dict[str, Any]) -> None:
                            f"{w['epsilon']:.4g}", f"{w['delta']:.3g}",
                            "-" if w["status"] != "released" else "yes" if w["published"] else "no")
         console.print(recent)
-    _render_plan(console, report["plan"])
+    _render_plan(console, report["plan"], verbose)
 
     r = report["reference"]
     if not r["exists"]:

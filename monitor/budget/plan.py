@@ -355,9 +355,10 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     rule = (f"alarm.threshold {a.threshold:g}: an absolute count, with alarm.z and alarm.rate_margin" if a.threshold is not None
             else f"alarm.false_pages_per_30_days {a.false_pages_per_30_days:g}")
     out: dict = {"model": str(config.model.path), "rule": rule, "source": None, "baseline_problem": None, "at": []}
+    details: list[str] = []
     if not a.enabled:
         out["summary"] = "the alarm is off (alarm.enabled: false): nothing pages"
-        return out
+        return _with_details(out, details)
     if model is None:
         from pathlib import Path
 
@@ -365,14 +366,14 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
         if not path.exists():
             out["summary"] = (f"unknown: the model file {path} (model.path) is missing; "
                               "run `monitor fit` first")
-            return out
+            return _with_details(out, details)
         try:
             from monitor.model.file import load_configured
 
             model = load_configured(config)
         except MonitorError as err:
             out["summary"] = f"unknown: {err}"
-            return out
+            return _with_details(out, details)
     baseline = (record or {}).get("baseline_in_use")
     # The levels the baseline in use was released at (they follow the fleet); the configured ones before.
     levels = tuple(baseline["levels"]) if baseline and baseline.get("levels") else None
@@ -390,27 +391,33 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
         v = _seen(v, sight)
         out["source"] = "baseline"
         out["at"] = [_visibility_dict(v)]
-        out["summary"] = _sight_note(sight) + (f"at the current traffic ({v.events_per_window:,.0f} events per window, from the baseline in use), "
-                          f"a surge of {_share(v.smallest_surge_share)} of the people online{_flagged(sight)} pages within one window 95 % of "
-                          f"the time; its threshold ({v.threshold:.4g} excess events) implies "
-                          f"{v.false_pages_per_30_days:.2g} false pages per 30 days ({rule})")
+        hours = ""
         if a.follow_rhythm and a.threshold is None:
             profile = baseline.get("profile")
             loads = (min(profile), max(profile)) if profile else (1.0 - a.traffic_swing, 1.0 + a.traffic_swing)
-            hours = [_seen(alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]),
-                                            float(baseline["events_per_window"]), float(baseline.get("rate_error", 0.0)),
-                                            kappa, load), sight)
-                     for load in loads]
-            out["hours"] = {"quietest": _visibility_dict(hours[0]), "busiest": _visibility_dict(hours[1])}
-            out["summary"] += (f"; {rhythm_note(a)}; at the quietest hour "
-                               f"{_share(hours[0].smallest_surge_share)}, at the busiest {_share(hours[1].smallest_surge_share)}"
-                               + ("" if profile else f" (the day's profile comes with the first daily baseline; until then "
-                                                      f"alarm.traffic_swing {a.traffic_swing:g})"))
-        out["summary"] += levels_note(a, levels)
+            at = [_seen(alarm_visibility(a, config.window.size_seconds, float(baseline["rate"]),
+                                         float(baseline["events_per_window"]), float(baseline.get("rate_error", 0.0)),
+                                         kappa, load), sight)
+                  for load in loads]
+            out["hours"] = {"quietest": _visibility_dict(at[0]), "busiest": _visibility_dict(at[1])}
+            hours = f" ({_share(at[0].smallest_surge_share)} at the quietest hour, {_share(at[1].smallest_surge_share)} at the busiest)"
+            details.append(rhythm_note(a))
+            if not profile:
+                details.append(f"the day's profile comes with the first daily baseline; until then alarm.traffic_swing "
+                               f"{a.traffic_swing:g} sets the quietest and busiest hours")
+        out["summary"] = _sight_note(sight) + (
+            f"a surge of {_share(v.smallest_surge_share)} of the people online{hours} pages within one window 95 % of the "
+            f"time, at the current traffic ({v.events_per_window:,.0f} events per window, from the baseline in use); its "
+            f"threshold ({v.threshold:.4g} excess events) implies {v.false_pages_per_30_days:.2g} false pages per 30 days "
+            f"({rule}{_windows_note(config)})")
+        if _flagged(sight):
+            details.append(_flagged(sight).strip(", "))
+        if levels_note(a, levels):
+            details.append(levels_note(a, levels).lstrip("; "))
         out["levels_advice"] = levels_advice(a, v.events_per_window, levels)
         if out["levels_advice"]:
             out["summary"] += "; " + out["levels_advice"]
-        return out
+        return _with_details(out, details)
     ladder = level_ladder(a)
     sights = {None if levels == ladder[0] else levels: sight}  # one probe per rung the traffic figures reach
     vs = []
@@ -424,12 +431,29 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     out["at"] = [_visibility_dict(v) for v in vs]
     head = (f"the baseline in use cannot be used ({out['baseline_problem']}); until one can, "
             if out["baseline_problem"] else "before the first baseline, ")
-    out["summary"] = (_sight_note(sight) + head + "at " + " / ".join(f"{v.events_per_window:,.0f}" for v in vs)
-                      + " events per window, a surge of " + " / ".join(_share(v.smallest_surge_share) for v in vs)
-                      + f" of the people online{_flagged(sight)} pages within one "
-                      "window 95 % of the time; the thresholds imply "
-                      + " / ".join(f"{v.false_pages_per_30_days:.2g}" for v in vs) + f" false pages per 30 days ({rule})"
-                      + (f"; {rhythm_note(a)}" if a.follow_rhythm and a.threshold is None else ""))
+    out["summary"] = (_sight_note(sight) + head + "a surge of " + " / ".join(_share(v.smallest_surge_share) for v in vs)
+                      + " of the people online pages within one window 95 % of the time at "
+                      + " / ".join(f"{v.events_per_window:,.0f}" for v in vs) + " events per window; the thresholds imply "
+                      + " / ".join(f"{v.false_pages_per_30_days:.2g}" for v in vs)
+                      + f" false pages per 30 days ({rule}{_windows_note(config)})")
+    if _flagged(sight):
+        details.append(_flagged(sight).strip(", "))
+    if a.follow_rhythm and a.threshold is None:
+        details.append(rhythm_note(a))
+    return _with_details(out, details)
+
+
+def _windows_note(config) -> str:
+    """Why short windows need larger surges: the false-page promise counts windows (public)."""
+    windows = 30 * 86400 / config.window.size_seconds
+    return f"; the promise counts windows: {windows:,.0f} of {duration(config.window.size_seconds)} in 30 days"
+
+
+def _with_details(out: dict, details: list) -> dict:
+    """The visibility with its ``details`` (how the alarm compares, the levels), and ``verbose``: the
+    summary followed by them (``monitor budget --verbose``)."""
+    out["details"] = details
+    out["verbose"] = "; ".join([out["summary"], *details])
     return out
 
 
@@ -471,11 +495,12 @@ def _sight_note(sight) -> str:
     if sight is None or not sight.blind:
         return ""
     enough = sight.advice()
-    return ("THE MODEL IS NEARLY BLIND: events far outside its reference data weigh only "
-            f"{sight.sight:.2f} more than normal ones at the alarm's levels ({100 * sight.flagged_share:.0f} % weigh fully), "
-            "so it flags few of them and a surge of them will hardly page"
+    return ("A SYNTHETIC PROBE FINDS THE MODEL NEARLY BLIND: events pushed outside the range of its reference data "
+            f"weigh only {sight.sight:.2f} more than normal ones at the alarm's levels ({100 * sight.flagged_share:.0f} % "
+            "weigh fully), so a surge of such events will hardly page"
             + (f" (refit on {enough}" if enough else " (refit with more reference rows or a larger model.epsilon")
-            + "; `monitor score --input` on known anomalies checks it); ")
+            + "); real anomalies may be flagged more or less: `monitor score --input FILE` on known anomalies of yours "
+            "says which; ")
 
 
 def _visibility_dict(v) -> dict:
