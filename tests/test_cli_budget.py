@@ -129,3 +129,41 @@ def test_budget_without_the_model_file_says_so_in_one_line(workdir):  # noqa: F8
     line = _seen(res)
     assert "model.json (model.path) is missing" in line and "monitor fit" in line, line
     assert "Traceback" not in res.stderr
+
+
+def _rows(path, rows, header="hr,spo2", labels=None) -> None:
+    lines = [header + (",is_anomaly" if labels is not None else "")]
+    for k, row in enumerate(rows):
+        lines.append(",".join(map(str, row)) + (f",{labels[k]}" if labels is not None else ""))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_budget_sizes_the_surge_from_a_file_of_the_users_own_anomalies(workdir):  # noqa: F811
+    """`monitor budget --anomalies FILE`: the smallest surge is one of events like the file's, at the
+    weight the alarm gives them, not the synthetic probe's guess; events the alarm weighs like
+    normal ones are said to be invisible; a labelled file gets its AUROC; bad labels one line."""
+    import numpy as np
+
+    _alarm_on(workdir)
+    rng = np.random.default_rng(1)
+    far = np.column_stack([rng.uniform(150, 190, 60), rng.uniform(80, 85, 60)])  # the reference is 75 +- 10, 96 +- 1.5
+    usual = np.column_stack([rng.normal(75, 10, 60), rng.normal(96, 1.5, 60)])
+    _rows(workdir / "far.csv", far.round(2).tolist())
+    _rows(workdir / "usual.csv", usual.round(2).tolist())
+    _rows(workdir / "both.csv", np.vstack([far, usual]).round(2).tolist(), labels=[1] * 60 + [0] * 60)
+    probe = _percents(_seen(monitor("budget", cwd=workdir)))
+    line = _seen(monitor("budget", "--anomalies", "far.csv", cwd=workdir))
+    assert "made of events like the 60 anomalies of far.csv (100 % of them weigh fully" in line, line
+    assert _percents(line)[:3] <= probe[:3]  # weighed fully: no larger than the probe's surge
+    invisible = _seen(monitor("budget", "--anomalies", "usual.csv", cwd=workdir))
+    assert invisible.startswith("What the alarm can see: YOUR ANOMALIES ARE INVISIBLE TO THE ALARM"), invisible
+    assert "over 100 %" in invisible, invisible
+    labelled = _seen(monitor("budget", "--anomalies", "both.csv", "--labels", "is_anomaly", cwd=workdir))
+    assert "the 60 anomalies of both.csv" in labelled and "AUROC 1.000" in labelled, labelled
+    assert _percents(labelled)[:3] == _percents(line)[:3]
+    bad = monitor("budget", "--anomalies", "far.csv", "--labels", "hr", cwd=workdir)
+    assert bad.returncode == 2 and "--labels hr: each row needs 1 (an anomaly) or 0 (normal)" in bad.stderr, bad.stderr
+    score = monitor("score", "--input", "both.csv", "--labels", "is_anomaly", cwd=workdir)
+    assert score.returncode == 0, score.stderr
+    assert "the 60 rows labelled 1 weigh 1.000 on average" in score.stdout and "AUROC 1.000" in score.stdout, score.stdout
+    assert "monitor budget --anomalies both.csv --labels is_anomaly" in score.stdout

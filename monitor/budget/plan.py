@@ -337,7 +337,7 @@ def levels_note(settings, levels: "tuple[float, float | None] | None") -> str:
             "instead of the configured ones (alarm.levels_follow_fleet)")
 
 
-def visibility_report(config, record: dict | None = None, model=None) -> dict:
+def visibility_report(config, record: dict | None = None, model=None, anomalies=None) -> dict:
     """What the alarm can see: a JSON-ready dict with a one-sentence ``summary``.
 
     ``record`` is the ledger's last released alert record (its ``baseline_in_use``, when
@@ -346,6 +346,11 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     (``visibility_for``, with the warm-up estimate's error). ``model`` defaults to the file
     ``config.model.path``; a missing or unreadable file is said in the summary, not raised.
     Public: the config, the model file and released values only.
+
+    ``anomalies``: (rows, labels or None, name) of a file of the user's own anomalies
+    (``monitor budget --anomalies FILE``): the smallest surge is then one of such events, at the
+    weight the alarm gives them (``monitor.alarm.anomalies``), instead of the synthetic probe's
+    guess. Operator-side: exact figures about the operator's own file.
     """
     from monitor.alarm.calibrate import (alarm_visibility, baseline_problem, fleet_rung, level_ladder, normal_weight_moments,
                                          rung_levels, visibility_for)
@@ -377,7 +382,7 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
     baseline = (record or {}).get("baseline_in_use")
     # The levels the baseline in use was released at (they follow the fleet); the configured ones before.
     levels = tuple(baseline["levels"]) if baseline and baseline.get("levels") else None
-    sight = _rung_sight(model, a, levels)
+    sight = _rung_sight(model, a, levels, anomalies)
     out["sight"] = None if sight is None else sight.as_dict()
     out["blind"] = bool(sight is not None and sight.blind)
     if baseline:
@@ -406,11 +411,12 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
                 details.append(f"the day's profile comes with the first daily baseline; until then alarm.traffic_swing "
                                f"{a.traffic_swing:g} sets the quietest and busiest hours")
         out["summary"] = _sight_note(sight) + (
-            f"a surge of {_share(v.smallest_surge_share)} of the people online{hours} pages within one window 95 % of the "
+            f"a surge of {_share(v.smallest_surge_share)} of the people online{_file_note(sight)}{hours} pages within one "
+            f"window 95 % of the "
             f"time, at the current traffic ({v.events_per_window:,.0f} events per window, from the baseline in use); its "
             f"threshold ({v.threshold:.4g} excess events) implies {v.false_pages_per_30_days:.2g} false pages per 30 days "
             f"({rule}{_windows_note(config)})")
-        if _flagged(sight):
+        if _flagged(sight) and not _file_note(sight):
             details.append(_flagged(sight).strip(", "))
         if levels_note(a, levels):
             details.append(levels_note(a, levels).lstrip("; "))
@@ -425,18 +431,18 @@ def visibility_report(config, record: dict | None = None, model=None) -> dict:
         shares = ladder[fleet_rung(ladder, n)]
         shares = None if shares == ladder[0] else shares
         if shares not in sights:
-            sights[shares] = _rung_sight(model, a, shares)
+            sights[shares] = _rung_sight(model, a, shares, anomalies)
         vs.append(_seen(visibility_for(config, model, n), sights[shares]))
     out["source"] = "traffic"
     out["at"] = [_visibility_dict(v) for v in vs]
     head = (f"the baseline in use cannot be used ({out['baseline_problem']}); until one can, "
             if out["baseline_problem"] else "before the first baseline, ")
     out["summary"] = (_sight_note(sight) + head + "a surge of " + " / ".join(_share(v.smallest_surge_share) for v in vs)
-                      + " of the people online pages within one window 95 % of the time at "
+                      + f" of the people online{_file_note(sight)} pages within one window 95 % of the time at "
                       + " / ".join(f"{v.events_per_window:,.0f}" for v in vs) + " events per window; the thresholds imply "
                       + " / ".join(f"{v.false_pages_per_30_days:.2g}" for v in vs)
                       + f" false pages per 30 days ({rule}{_windows_note(config)})")
-    if _flagged(sight):
+    if _flagged(sight) and not _file_note(sight):
         details.append(_flagged(sight).strip(", "))
     if a.follow_rhythm and a.threshold is None:
         details.append(rhythm_note(a))
@@ -468,12 +474,38 @@ def _sight(model, levels):
         return None
 
 
-def _rung_sight(model, settings, shares):
+def _rung_sight(model, settings, shares, anomalies=None):
     """The model's probe at one rung of the alarm's levels (``shares``: the rung's sparsest pair,
-    None for the configured one); the traffic figures move them."""
+    None for the configured one); the traffic figures move them. With ``anomalies`` (rows, labels,
+    name), what the alarm makes of those rows at that rung instead (``_FileSight``)."""
     from monitor.alarm.calibrate import rung_levels
 
+    if anomalies is not None:
+        from monitor.alarm.anomalies import anomaly_sight
+
+        rows, labels, name = anomalies
+        return _FileSight(anomaly_sight(model, settings, rows, labels, shares), name)
     return _sight(model, rung_levels(model, settings, shares))
+
+
+@dataclasses.dataclass(frozen=True)
+class _FileSight:
+    """A file of the user's anomalies in the place of the synthetic probe: ``sight`` is what one of
+    them adds over a normal event (``AnomalySight.excess``); ``blind`` where that is nothing."""
+
+    measured: object
+    name: str
+
+    @property
+    def sight(self) -> float:
+        return self.measured.excess
+
+    @property
+    def blind(self) -> bool:
+        return self.measured.excess <= 0.0
+
+    def as_dict(self) -> dict:
+        return {"file": self.name, **self.measured.as_dict()}
 
 
 def _seen(v, sight):
@@ -486,7 +518,18 @@ def _seen(v, sight):
     return dataclasses.replace(v, smallest_surge_share=share)
 
 
+def _file_note(sight) -> str:
+    """What a file of the user's anomalies weighs, for the summary itself (empty for the probe)."""
+    return _flagged(sight).rstrip(",") if isinstance(sight, _FileSight) else ""
+
+
 def _flagged(sight) -> str:
+    if isinstance(sight, _FileSight):
+        m = sight.measured
+        labelled = "" if m.auroc is None else f", AUROC {m.auroc:.3f} against the file's normal rows"
+        return (f", made of events like the {m.rows} anomalies of {sight.name} ({100 * m.full_share:.0f} % of them weigh "
+                f"fully at the alarm's levels, {m.mean_weight:.2f} on average against {m.normal_weight:.3f} for normal "
+                f"events{labelled}),")
     return "" if sight is None else f", at the weight the model gives events far outside its reference data ({sight.sight:.2f} each),"
 
 
@@ -494,6 +537,10 @@ def _sight_note(sight) -> str:
     """The warning that leads the sentence when the model flags almost nothing."""
     if sight is None or not sight.blind:
         return ""
+    if isinstance(sight, _FileSight):
+        return (f"YOUR ANOMALIES ARE INVISIBLE TO THE ALARM: the {sight.measured.rows} anomalies of {sight.name} weigh "
+                f"{sight.measured.mean_weight:.3f} on average at its levels, no more than normal events, so no surge of "
+                "them pages; raise alarm.contamination (a lower upper level) or refit with more reference rows; ")
     enough = sight.advice()
     return ("A SYNTHETIC PROBE FINDS THE MODEL NEARLY BLIND: events pushed outside the range of its reference data "
             f"weigh only {sight.sight:.2f} more than normal ones at the alarm's levels ({100 * sight.flagged_share:.0f} % "

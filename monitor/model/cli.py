@@ -29,6 +29,9 @@ def configure_score(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model file written by `monitor fit` (default: model.path from the config)")
     parser.add_argument("--input", required=True, help="events to score: CSV with a header, or npz with X")
     parser.add_argument("--output", help="CSV to write: the input columns + score + flag (default: print a summary)")
+    parser.add_argument("--labels", metavar="COLUMN",
+                        help="the column (npz: y) saying which rows are anomalies (1) and which normal (0): the AUROC "
+                             "of the score, and the alarm's weights of the anomalies alone")
     add_config_option(parser, "names the model file, and the model is refused if its features differ; "
                               "not read when --model is given without --config")
     parser.set_defaults(func=run_score, config=None)
@@ -219,6 +222,7 @@ def run_score(args: argparse.Namespace) -> int:
     from monitor.model.estimator import GridKNN
     from monitor.model.io import csv_rows, read_features
 
+    config = None
     if args.model and args.config is None:
         model = GridKNN.load(args.model)
     else:
@@ -226,7 +230,8 @@ def run_score(args: argparse.Namespace) -> int:
         from monitor.config import load_config
         from monitor.model.file import load_configured
 
-        model = load_configured(load_config(args.config or DEFAULT_CONFIG), args.model)
+        config = load_config(args.config or DEFAULT_CONFIG)
+        model = load_configured(config, args.model)
     path = Path(args.input)
     Y = read_features(path, model.feature_names_)
     scores = model.score_samples(Y)
@@ -253,7 +258,26 @@ def run_score(args: argparse.Namespace) -> int:
         print(f"flagged (score > {model.threshold_:.4g}): {int(flags.sum())} ({100 * flags.mean():.2f} %)")
     else:
         print("the model has no threshold (neither threshold nor contamination was set): nothing flagged")
+    if config is not None and config.alarm.enabled:
+        _report_alarm_weights(config, model, path, Y, args.labels)
+    elif args.labels:
+        print("--labels: the alarm's weights need the config (--config, or config.yaml here)", file=sys.stderr)
     return 0
+
+
+def _report_alarm_weights(config, model, path: Path, Y: np.ndarray, labels: "str | None") -> None:
+    """What the alarm makes of these rows (``monitor.alarm.anomalies``): the share it weighs fully,
+    their mean weight, with labels the AUROC; the surge share that pages is ``monitor budget``'s."""
+    from monitor.alarm.anomalies import anomaly_sight
+    from monitor.budget.cli import read_anomalies
+
+    flags = read_anomalies(config, str(path), labels)[1] if labels else None
+    s = anomaly_sight(model, config.alarm, Y, flags)
+    which = f"the {s.rows} rows labelled 1" if flags is not None else f"the {s.rows} rows"
+    print(f"at the alarm's levels {which} weigh {s.mean_weight:.3f} on average (normal events {s.normal_weight:.3f}); "
+          f"{100 * s.full_share:.1f} % of them weigh fully" + ("" if s.auroc is None else f"; AUROC {s.auroc:.3f}"))
+    print(f"the smallest surge of such events that pages at your traffic: `monitor budget --anomalies {path}"
+          + (f" --labels {labels}`" if labels else "`"))
 
 
 if __name__ == "__main__":  # pragma: no cover
