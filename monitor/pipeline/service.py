@@ -405,7 +405,7 @@ class MonitorService:
         if self.stage1 is None:
             self._stage1_finished.set()
         if self.stage2 is not None:
-            t = threading.Thread(target=self._guarded, args=(self._run_stage, self.stage2), name="stage2", daemon=True)
+            t = threading.Thread(target=self._guarded, args=(self._run_stage2,), name="stage2", daemon=True)
             threads.append(t)
             t.start()
         if self.stage1 is not None:
@@ -422,6 +422,28 @@ class MonitorService:
             raise self._thread_error
 
     _thread_error: BaseException | None = None
+    history = None  # monitor.pipeline.history.Rebuilt: what the start-up pass re-read (stage 2)
+
+    def _run_stage2(self) -> None:
+        self._rebuild_history()
+        self._run_stage(self.stage2)
+
+    def _rebuild_history(self) -> None:
+        """Before stage 2's first release: the alarm's rhythm history re-read from the input topic
+        (``monitor.pipeline.history``; nothing released or charged). In the stage-2 thread, so
+        this process's stage 1 joins and reads meanwhile. A stage-2-only process reads the topic
+        too: it needs no group, only the config's Kafka settings. A broker error costs the
+        history (logged), never the service."""
+        from monitor.pipeline.history import RESTART_COST, rebuild_history
+
+        try:
+            self.history = rebuild_history(self.config, self._bootstrap, self.publisher.releaser, self.ledger,
+                                           self.first_window_start, self.schema, embedded=self.broker is not None,
+                                           stop=self._stop)
+        except _RETRIABLE as err:
+            log.warning("the alarm's history is not rebuilt: reading the input topic failed (%s: %s); the alarm compares "
+                        "with the plain baseline, then with the first day's trend, and with the days before once a day "
+                        "has passed; %s", type(err).__name__, err, RESTART_COST)
 
     def _guarded(self, target, *args) -> None:
         try:
