@@ -70,7 +70,7 @@ def test_report_shape_and_total_cost(window):
     assert rec["flagged_count"]["accuracy"] == pytest.approx(math.log(20) / settings.epsilon_flagged)
     # 12 flagged events against Laplace noise of scale 5 per part: nothing stands out for all parts at once.
     assert rec["headline"].startswith("surge in " + where["features"][0] if where["features"] else
-                                      "surge, no single feature stands out: +")
+                                      "surge, no single feature stands out")
     json.dumps(rec)  # plain JSON types only
 
 

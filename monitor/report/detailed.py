@@ -374,7 +374,10 @@ def headline(report: dict, reason: str | None = None) -> str:
     'surge in temperature+vibration: +41 flagged (+-12)'
     >>> headline({"where": {"features": [], "parts": parts[:0], "excess": {"value": 35.2, "accuracy": 60.3}},
     ...           "flagged_count": {"value": 60.0, "accuracy": 60.0}, "event_count": {"value": 300.0, "accuracy": 100.0}})
-    'no single feature stands out: +35 flagged (+-60)'
+    'no single feature stands out, and the excess over normal, +35 flagged (+-60), is within its noise'
+    >>> headline({"where": {"features": [], "parts": parts[:0], "excess": {"value": 95.0, "accuracy": 60.3}},
+    ...           "flagged_count": {"value": 60.0, "accuracy": 60.0}, "event_count": {"value": 300.0, "accuracy": 100.0}})
+    'no single feature stands out: +95 flagged (+-60) beyond normal'
     """
     where = report.get("where") or {}
     names = set(where.get("features") or [])
@@ -387,7 +390,12 @@ def headline(report: dict, reason: str | None = None) -> str:
         return f"surge in {place}: {what}" if reason == "alarm" else f"{place}: {what} beyond normal"
     if where.get("excess"):
         total = where["excess"]
-        line = f"no single feature stands out: {total['value']:+.0f} flagged (+-{_acc(total)})"
+        if abs(total["value"]) <= total["accuracy"]:
+            # An interval wider than the value says nothing about the window's excess: say so.
+            line = (f"no single feature stands out, and the excess over normal, {total['value']:+.0f} flagged "
+                    f"(+-{_acc(total)}), is within its noise")
+        else:
+            line = f"no single feature stands out: {total['value']:+.0f} flagged (+-{_acc(total)}) beyond normal"
         return f"surge, {line}" if reason == "alarm" else line
     f, n = report["flagged_count"], report["event_count"]
     line = f"{f['value']:.0f} flagged (+-{_acc(f)}) of {n['value']:.0f} events (+-{_acc(n)})"
