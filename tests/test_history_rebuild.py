@@ -215,3 +215,130 @@ def test_the_span_is_the_next_windows_reach_within_what_was_released():
     assert history_span(600.0, 1000.0, 1000.0) == (400.0, 1000.0)
     assert history_span(600.0, 1000.0, 1500.0) == (900.0, 1000.0)  # downtime: only what the next window reads
     assert history_span(600.0, 1000.0, 1600.0) is None
+
+
+class _Record:
+    def __init__(self, partition: int, offset: int, created: float, value: bytes) -> None:
+        self.partition, self.offset, self.timestamp, self.value = partition, offset, int(created * 1000), value
+
+
+class _Log:
+    """A consumer over in-memory partition logs, with what HistoryRead asks of kafka-python:
+    ``log_start``: the offset retention deleted up to, per partition."""
+
+    def __init__(self, logs: dict[int, list[tuple[float, dict | bytes]]], log_start: dict[int, int] | None = None,
+                 per_poll: int = 3) -> None:
+        from kafka.structs import TopicPartition
+
+        self.tp = {p: TopicPartition("t", p) for p in logs}
+        start = log_start or {}
+        self.logs = {self.tp[p]: [_Record(p, o, c, v if isinstance(v, bytes) else json.dumps(v).encode())
+                                  for o, (c, v) in enumerate(recs) if o >= start.get(p, 0)] for p, recs in logs.items()}
+        self.start = {self.tp[p]: start.get(p, 0) for p in logs}
+        self.pos = dict(self.start)
+        self.paused: set = set()
+        self.fetched: set = set()
+        self.per_poll = per_poll
+
+    def partitions_for_topic(self, topic):
+        return set(tp.partition for tp in self.tp.values())
+
+    def assign(self, tps):
+        pass
+
+    def offsets_for_times(self, times):
+        from kafka.structs import OffsetAndTimestamp
+
+        out = {}
+        for tp, ms in times.items():
+            hit = next((r for r in self.logs[tp] if r.timestamp >= ms), None)
+            out[tp] = None if hit is None else OffsetAndTimestamp(hit.offset, hit.timestamp, 0)
+        return out
+
+    def beginning_offsets(self, tps):
+        return {tp: self.start[tp] for tp in tps}
+
+    def seek(self, tp, offset):
+        self.pos[tp] = offset
+
+    def highwater(self, tp):
+        return self.start[tp] + len(self.logs[tp]) if tp in self.fetched else None
+
+    def position(self, tp):
+        return self.pos[tp]
+
+    def pause(self, *tps):
+        self.paused |= set(tps)
+
+    def resume(self, *tps):
+        self.paused -= set(tps)
+
+    def poll(self, timeout_ms=0):
+        out = {}
+        for tp, recs in self.logs.items():
+            if tp in self.paused:
+                continue
+            self.fetched.add(tp)
+            got = [r for r in recs if r.offset >= self.pos[tp]][: self.per_poll]
+            if got:
+                out[tp] = got
+                self.pos[tp] = got[-1].offset + 1
+        return out
+
+
+def _read(logs, starts, log_start=None, **kw):
+    from monitor.pipeline.history import HistoryRead
+
+    schema = EventSchema(["hr", "spo2"], timestamp_field="ts", entity_field="device")
+    read = HistoryRead(_Log(logs, log_start), "t", schema, 10.0, 2.0, starts, **kw)
+    return read, {w.start: list(zip(w.entities, w.X[:, 0].tolist())) for w in read.windows()}
+
+
+def _ev(ts: float, device: str, hr: float = 75.0) -> dict:
+    return {"hr": hr, "spo2": 96.0, "ts": ts, "device": device}
+
+
+def test_the_reread_applies_stage_1s_window_rules_from_the_log():
+    # Windows of 10 s, lateness 2 s: [100, 110) closes at 112, [110, 120) at 122.
+    logs = {
+        0: [(101.0, _ev(101.0, "a", 70)), (102.0, _ev(102.0, "a", 71)),  # a's second: a duplicate
+            (103.0, b'{"hr": "high"}'),                                   # invalid: skipped
+            (103.5, _ev(103.5, "b", 72)),
+            (111.0, _ev(109.0, "c", 73)),                                 # late but before the close: kept
+            (112.5, _ev(111.0, "d", 74)),                                 # the next window's
+            (112.6, _ev(108.0, "e", 75)),                                 # created after [100, 110)'s close: late
+            (114.0, _ev(160.0, "f", 76)),                                 # beyond the horizon (114 + 12)
+            (123.0, _ev(119.0, "g", 77)),                                 # created after the last close: the end
+            (124.0, _ev(119.5, "h", 78))],
+        1: [(104.0, _ev(104.0, "a", 80)),                                 # a again, on a later partition: dropped
+            (105.0, _ev(105.0, "i", 81)),
+            (113.0, _ev(115.0, "j", 82))],
+    }
+    read, windows = _read(logs, [100.0, 110.0])
+    assert windows == {100.0: [("a", 70.0), ("b", 72.0), ("c", 73.0), ("i", 81.0)], 110.0: [("d", 74.0), ("j", 82.0)]}
+    assert read.events == 6 and not read.timed_out and read.trimmed_from is None
+
+
+def test_the_reread_cuts_a_window_at_the_first_record_created_after_its_close():
+    # A record created before the close but appended after a later one (held back by its producer):
+    # the live cut (the log end at the close) left it out, and so does the re-read.
+    logs = {0: [(101.0, _ev(101.0, "a")), (112.1, _ev(112.1, "x")), (111.9, _ev(109.0, "held")),
+                (130.0, _ev(130.0, "z"))]}
+    _, windows = _read(logs, [100.0, 110.0])
+    assert [e for e, _ in windows[100.0]] == ["a"] and [e for e, _ in windows[110.0]] == ["x"]
+
+
+def test_windows_retention_may_have_touched_are_not_learnt():
+    logs = {0: [(t, _ev(t, f"p{i}")) for i, t in enumerate([101.0, 111.0, 121.0, 131.0, 141.0])]}
+    # Retention deleted the first two records: what [100, 110) and [110, 120) held is unknown.
+    # A record of [130, 140) may have been created from 118 on (its horizon), before the first kept one.
+    read, windows = _read(logs, [100.0, 110.0, 120.0, 130.0, 140.0], log_start={0: 2})
+    assert sorted(windows) == [140.0] and read.skipped == 4 and read.trimmed_from == 121.0
+    read, windows = _read(logs, [100.0, 110.0, 120.0, 130.0, 140.0])  # nothing deleted: every window
+    assert sorted(windows) == [100.0, 110.0, 120.0, 130.0, 140.0] and read.skipped == 0
+
+
+def test_a_read_past_its_time_budget_learns_only_the_windows_read_completely():
+    logs = {0: [(100.0 + i, _ev(100.0 + i, f"p{i}")) for i in range(40)]}
+    read, windows = _read(logs, [100.0, 110.0, 120.0], timeout_s=0.0)
+    assert read.timed_out and len(windows) < 3

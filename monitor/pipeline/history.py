@@ -106,6 +106,7 @@ class HistoryRead:
     stopped: bool = False
     partitions: int = 0
     _from_log_start: set = field(default_factory=set)
+    _wanted: Any = None
 
     def windows(self) -> Iterator[ClosedWindow]:
         if not self.starts:
@@ -113,6 +114,7 @@ class HistoryRead:
         size, late = self.size, self.lateness
         index = np.array([math.floor(s / size + 1e-9) for s in self.starts], dtype=np.int64)
         wanted = set(index.tolist())
+        self._wanted = index
         lo, hi = int(index[0]), int(index[-1])
         last_close = (hi + 1) * size + late
         c = self.consumer
@@ -243,7 +245,7 @@ class HistoryRead:
         win = np.floor(ts / size).astype(np.int64)
         close = (win + 1) * size + late
         ok = (c < close) & (before < close) & ((ts < c + size + late) | ~np.isfinite(c))
-        ok &= np.isin(win, np.fromiter(wanted, dtype=np.int64, count=len(wanted)))
+        ok &= np.isin(win, self._wanted)
         for n in np.unique(win[ok]).tolist():
             rows = np.flatnonzero(ok & (win == n))
             if entities is not None:
@@ -350,8 +352,8 @@ def rebuild_history(config, bootstrap, releaser, ledger, resume_start: float | N
     log what was rebuilt, or what the restart costs. None where there is nothing to rebuild
     (no rhythm reference, or nothing released yet)."""
     reference = getattr(releaser, "reference", None)
-    if reference is None:
-        return None
+    if reference is None or not config.alarm.enabled:
+        return None  # no comparison reads a history
     last = ledger.last_released()
     if last is None:
         return None  # a first start: no history was lost
