@@ -12,18 +12,12 @@ window's shard again (a new attempt, possibly with events that were late the fir
 time); stage 2 keeps, per window and partition, the first attempt whose chunks are all
 on the topic, in topic order, so every process that reads the topic agrees on it.
 
-Two small *markers* travel on the same topic (``kind``), so stage 2 knows which
-partitions it must wait for, however slow their stage 1 is:
-
-- ``cut``: sent by stage 1 at a window's close time for each partition it owns, with the
-  partition's log end (highwater) observed then: "this partition's shard of the window
-  will follow, and holds no record at or past this offset". Stage 2 does not release the window without the shard of a partition
-  that sent one (docs/scaling.md, "What a window holds"), whatever the grace;
-- ``start``: sent by stage 1 when it takes a partition over, with the first window it
-  rebuilds: a cut of an older window from that partition will never be followed by a
-  shard, so stage 2 stops waiting for it.
-
-The internal topic holds raw data: it is inside the trust boundary, like the input.
+Two small *markers* travel on the same topic (``kind``; docs/scaling.md, "What a window
+holds"): ``cut``, sent at a window's close for each partition with its log end then (its
+shard will follow and holds no record past that offset: stage 2 waits for it, whatever the
+grace), and ``start``, sent when stage 1 takes a partition over, with the first window it
+rebuilds (a cut of an older window will never be followed by a shard). The internal topic
+holds raw data: it is inside the trust boundary, like the input.
 
 >>> from monitor.pipeline.windows import ClosedWindow, smallest_offsets
 >>> w = ClosedWindow(0.0, 60.0, np.array([[1.0, 2.0]]), np.array([True]), ("a",), ("p1",))
