@@ -449,7 +449,8 @@ def test_a_ledger_named_by_the_files_bytes_is_taken_over_not_forgotten(workdir):
 def test_a_file_out_of_time_order_releases_what_the_sorted_file_releases(workdir, monkeypatch):
     """Streaming closes a window once the rest of the file holds none of its events: a
     shuffled file keeps every event (none late) and, with the same noise, releases the same
-    records as the sorted one; the sorted file holds at most two windows open at a time."""
+    records as the sorted one; the sorted file holds a few windows open at a time, the
+    shuffled one all of them."""
     from monitor.config import load_config
     from monitor.stream import replay as replay_module
 
@@ -468,7 +469,7 @@ def test_a_file_out_of_time_order_releases_what_the_sorted_file_releases(workdir
     a, b = results["events.jsonl"], results["order-shuffled.jsonl"]
     assert a["accepted"] == b["accepted"] == len(lines) - 1 and "late" not in a and "late" not in b
     assert (workdir / "order-events.jsonl.out").read_bytes() == (workdir / "order-order-shuffled.jsonl.out").read_bytes()
-    assert a["open_windows_peak"] <= 2 < b["open_windows_peak"]
+    assert a["open_windows_peak"] <= 3 and b["open_windows_peak"] == WINDOWS  # a batch spans 3 windows at most
     assert a["dead_letter"] == b["dead_letter"] == 1
 
 

@@ -574,6 +574,7 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
                         if None in ids:
                             ids = [f"line {n}" if i is None else i for i, n in zip(ids, lines_of)]
                         counts.update(store.add_batch(ts, X, no_flags[:len(ts)], event_ids=ids, entities=entities))
+                    counts["open_windows_peak"] = max(counts["open_windows_peak"], len(store._open))
                     # Release every window the rest of the file has no event of (the scan
                     # says which): the same windows as holding the whole file, none late.
                     n = store.next_index
@@ -581,7 +582,6 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
                         n += 1
                     if n > store.next_index:
                         release_through(store.close_time(n - 1), out)
-                    counts["open_windows_peak"] = max(counts["open_windows_peak"], len(store._open))
                     if _stat_key(os.fstat(source.fileno())) != scan.stat:
                         raise changed()
                     if progress is not None and (first_line + len(lines) - 1) // _PROGRESS_LINES > (first_line - 1) // _PROGRESS_LINES:
