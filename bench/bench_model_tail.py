@@ -228,7 +228,16 @@ def summary_lines(summ, size) -> list[str]:
                 worst = min(s[key + "_all"], key=s[key + "_all"].get)
                 parts.append(f"at {lab} median {np.median(v):.2f}, worst {v.min():.2f} ({worst}) over {v.size} sets")
         auc = np.mean(s["auc"]) if s["auc"] else float("nan")
-        out.append(f"- {size:,} rows, {m}: TPR ratio " + "; ".join(parts) + f"; AUROC ratio mean {auc:.3f}")
+        goal = ""
+        if size == 3000:
+            ok = all(np.median(s[k]) >= 0.8 and min(s[k]) >= 0.5 for k in ("r1", "r5") if s[k])
+            goal = f" (goal: median >= 0.8 and every set >= 0.5 at 1 % and 5 %: **{'met' if ok else 'MISSED'}**)"
+        elif size == 20000:
+            low = {n: v for n, v in s["r1_all"].items() if load(n)[0].shape[1] <= 4}
+            ok = bool(low) and min(low.values()) >= 0.9
+            goal = (" (goal: >= 0.9 at 1 % on the sets with d <= 4, "
+                    + ", ".join(f"{n} {v:.2f}" for n, v in low.items()) + f": **{'met' if ok else 'MISSED'}**)")
+        out.append(f"- {size:,} rows, {m}: TPR ratio " + "; ".join(parts) + f"; AUROC ratio mean {auc:.3f}" + goal)
     return out
 
 

@@ -189,3 +189,16 @@ def test_the_fine_grid_sees_joint_outliers_that_the_v4_rule_misses():
         thr = np.quantile(m.score_samples(Y), 0.99)
         tprs[rule] = float((m.score_samples(O) > thr).mean())
     assert tprs["tail"] >= 0.9 and tprs["tail"] > tprs["v4"] + 0.2, tprs
+
+
+def test_many_features_get_more_joint_grids_only_beside_every_one_feature_grid():
+    # From 12 features the tail rule wants each feature in about 3 joint grids (v4: 2), but
+    # never at the cost of a one-feature grid: with fewer rows it is the v4 layout.
+    big, big4 = default_layout(16, 0.95, 2250), default_layout(16, 0.95, 2250, rule="v4")
+    joint = [g for g in big.groups if len(g) == 3]
+    assert len(joint) == 16 and sum(len(g) == 1 for g in big.groups) == 16
+    assert sum(len(g) == 3 for g in big4.groups) == 11 and sum(len(g) == 1 for g in big4.groups) == 16
+    assert big.groups[:len(big4.groups) - 16] == big4.groups[:11]  # the same first grids, then more
+    for d, n in ((32, 900), (21, 745), (16, 750)):
+        assert default_layout(d, 0.95, n).groups == default_layout(d, 0.95, n, rule="v4").groups
+    assert default_layout(11, 0.95, 10**6).groups == default_layout(11, 0.95, 10**6, rule="v4").groups
