@@ -202,7 +202,7 @@ def test_a_topic_without_the_span_logs_what_the_restart_costs(kafka_bootstrap, m
     assert len(lost) == 1 and lost[0].levelno == logging.WARNING
     text = lost[0].getMessage()
     assert "holds no event of the 4 windows" in text and "plain baseline" in text and "first day's trend" in text
-    assert "17.75" in text and "benchmarks/alarm-rhythm.md#a-restart-on-rhythmic-traffic" in text
+    assert "17.75" in text and "docs/benchmarks/alarm-rhythm.md#a-restart-on-rhythmic-traffic" in text
 
     caplog.clear()  # the embedded broker restarts empty: nothing is read, the same line says why
     out = rebuild_history(cfg, None, restarted, ledger, now, EventSchema.from_config(cfg), embedded=True)

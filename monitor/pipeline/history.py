@@ -47,7 +47,7 @@ from monitor.pipeline.windows import ClosedWindow
 
 log = logging.getLogger("monitor.stream")
 
-__all__ = ["REBUILD_TIMEOUT_S", "RESTART_COST", "HistoryRead", "history_span", "rebuild_history"]
+__all__ = ["REBUILD_TIMEOUT_S", "RESTART_COST", "HistoryRead", "Rebuilt", "history_span", "rebuild_history"]
 
 # The read's time budget: the first release waits for it (a 5-minute window's close passes
 # while it reads are published late, counted). Measured: docs/operations.md, "Restarts".

@@ -17,6 +17,9 @@ Two stages on Kafka (docs/design.md#two-stages, docs/scaling.md), run by one loo
   alarm, report, ledger; then the alerts topic at the scheduled time);
   internal offsets are committed only past windows in the ledger.
 
+Before stage 2's first release, the alarm's rhythm history is re-read from the input topic
+(``monitor.pipeline.history``: nothing released or charged; docs/operations.md, "Restarts").
+
 ``stream.stage`` (or ``monitor run --stage``) picks ``both`` (default), ``1`` or ``2``.
 What a window holds is decided by the broker's log (event time in the window, record
 timestamp before its close), never by how fast stage 1 reads it; a window waits for
