@@ -296,10 +296,16 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                  "flagged_share": flagged_share, "seconds": sum(x["seconds"] for x in runs.values())}
             if strengths:
                 r["strength"] = strengths
+            if persistence or absence:
+                r.update(persistence=persistence, absence=absence)
             if "quiet" in runs:
                 q = runs["quiet"]
                 st = q["states"]
                 live = q["w"][warm:]
+                # When each false page fell: (day of the week, 0 a Monday; hour), for rhythms with weekends.
+                start = first_day_of(rhythm, seed, "quiet")
+                r["false_page_times"] = [((start + i // wpd) % 7, (i % wpd) * 24 / wpd) for i, state in enumerate(st)
+                                         if state == "fired"]
                 r.update(quiet_days=len(st) / wpd, false_pages=st.count("fired"), false_pages_day1=st[:wpd].count("fired"), answered=sum(s in ("quiet", "fired", "held") for s in st),
                          suppressed=st.count("suppressed"), warming=st.count("warming_up"), windows=len(st),
                          swing=float(q["w"].max() / q["w"].mean()) if q["w"].mean() > 0 else float("nan"),
@@ -406,6 +412,24 @@ def summarise(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+def by_weekday(results: list[dict]) -> str:
+    """Quiet runs' false pages by day of the week (where they fell), and their hours, per scale and rhythm."""
+    lines = []
+    for people, share in sorted({(r["people"], r["share"]) for r in results}):
+        for label in dict.fromkeys(r["rhythm"] for r in results):
+            times = [t for r in results if (r["people"], r["share"], r["rhythm"]) == (people, share, label)
+                     for t in r.get("false_page_times", [])]
+            if times:
+                days = ", ".join(f"{WEEKDAYS[d]} {sum(t[0] == d for t in times)}" for d in sorted({t[0] for t in times}))
+                hours = np.bincount([int(h) // 3 for _, h in times], minlength=8)
+                spread = ", ".join(f"{3 * k:02d}-{3 * k + 3:02d} h {c}" for k, c in enumerate(hours) if c)
+                lines.append(f"- {people:,} / {label}: {days} (by hour: {spread})")
+    return "\n".join(lines)
+
+
 def per_set(results: list[dict]) -> str:
     lines = ["| data set | rhythm | swing | false pages / quiet days (both scales) | suppressed windows | private / exact best, both scales |",
              "|---|---|---|---|---|---|"]
@@ -438,7 +462,8 @@ there: docs/alarm.md). Before this was measured the margin was 0.05."""
 TITLES = {"alarm-rhythm": "", "alarm-rhythm-before": " - before (the alarm with one daily baseline rate)",
           "alarm-rhythm-large-fleet": " - a large fleet with sparser levels",
           "alarm-rhythm-weekend": " - a weekend that differs, with alarm.weekend_days",
-          "alarm-rhythm-persistent": " - persistent people"}
+          "alarm-rhythm-persistent": " - persistent people",
+          "alarm-rhythm-real-curve": " - a real demand curve with its weekends"}
 
 PREFACE = """Every shared set with 3,000+ rows, fitted and replayed as in [alarm-real.md](alarm-real.md) (half the
 inliers fit the model with the shipped `config.yaml`; the production `WindowReleaser` per 5-minute window, seeded
@@ -565,7 +590,14 @@ def main() -> None:
                       f"{r['seconds']:.0f} s", flush=True)
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1))
+    if len({r.get("persistence", 0.0) for r in results}) > 1:  # both kinds of people in one table: say which
+        for r in results:
+            if r.get("persistence") and "persistent" not in r["rhythm"]:
+                r["rhythm"] += f", persistent {r['persistence']:g} / absent {r['absence']:g}"
     table, detail = summarise(results), per_set(results)
+    when = by_weekday(results)
+    if when:
+        detail += "\n\nWhere the quiet runs' false pages fell (day of the week, window start):\n\n" + when
     print(table)
     print()
     print(detail)
