@@ -263,7 +263,8 @@ def _markdown(args, rows, compare, load) -> str:
                        f"{c['new']['cpu']:.1f}, {c['new']['maxrss_mib']:,.0f}, {c['new']['open_windows_peak']} | "
                        f"{c['old']['cpu']:.1f}, {c['old']['maxrss_mib']:,.0f} |")
         out += ["", "A shuffled file holds every window open until the file's last event of it, so its memory grows with "
-                "the file; a file in time order (or nearly) holds one or two."]
+                "the file; a file in time order (or nearly) holds a few: those one batch of 16,384 lines reaches, and the one "
+                "before."]
     return "\n".join(out)
 
 

@@ -37,7 +37,7 @@ notes each window's last batch of lines; the second validates in batches (one
 window as soon as the rest of the file holds none of its events. So a file need not be in
 time order, and every event in [--start, --end) counts in its window however far from
 its place it stands, as when the whole file was held (no event is late); a file in time
-order holds one or two windows at a time, a shuffled one all of them.
+order holds a few windows at a time (those a batch of lines reaches), a shuffled one all of them.
 
 The output file appears only when the whole replay succeeded (written beside it, then
 renamed); windows charged before a failure stay in the ledger and are written as stored
@@ -433,7 +433,7 @@ def replay(config, input_path: Path, start: float, end: float, output_path: Path
     Two streaming passes: ``scan_input`` (the events' digest, which picks the ledger, and
     where each window's last event lies; ``scan`` if the caller made it already), then the
     replay, which releases each window as soon as the file holds no more of its events.
-    Memory holds the windows still open, not the file: a file in time order holds about one.
+    Memory holds the windows still open, not the file: a file in time order holds a few.
     """
     from monitor.budget.accountant import BudgetAccountant
     from monitor.budget.ledger import WindowLedger
