@@ -164,6 +164,17 @@ def test_a_restart_rebuilds_the_alarms_history_from_the_input_topic(kafka_bootst
     starts = alert_starts(kafka_bootstrap, cfg.stream.alerts_topic)
     assert sorted(s for s in starts if s in rows_before) == sorted(e.window_start for e in released)
 
+    # A stage-2-only process (the releaser's) re-reads the input topic too, without stage 1's group.
+    third = MonitorService(cfg, bootstrap_servers=kafka_bootstrap, rng=3, stage="2")
+    thread = start(third)
+    deadline = time.monotonic() + 30
+    while third.history is None and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.01)
+    assert third.history is not None and third.history.events == rebuilt.events
+    assert history(third.publisher.releaser.reference, only=set(before)) == before
+    third.stop()
+    finish(thread)
+
 
 def _released_ledger(cfg, model, windows: int):
     """A ledger with ``windows`` released 1-second windows ending now, through the real releaser."""
