@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, Comparison, SurgeAlarm
-from monitor.alarm.reference import reference_for
+from monitor.alarm.reference import DAYS_CHANGE_DAYS, days_alike, reference_for
 from monitor.alarm.baseline import profile_level, profile_load, profile_spread, profile_straight
 from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
                                      rung_levels, rung_units)
@@ -99,6 +99,9 @@ class WindowReleaser:
         self.level_lo, self.level_hi = self.rungs[0][0]  # the configured pair's
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = reference_for(a, config.window.size_seconds)
+        # The daily baselines' released rates, (levels, rate), for ``reference.days_alike`` (``_note_day_rate``).
+        self._day_rates: list[tuple] = []
+        self._last_full = False
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
                                 a.rate_margin or 0.0, rng=self._noise, false_pages_per_30_days=a.false_pages_per_30_days,
                                 window_seconds=config.window.size_seconds,
@@ -108,10 +111,13 @@ class WindowReleaser:
                                 slack_units=None if self.reference is None else self.reference.slack_units)
         # Public post-processing of the model: each grid's own threshold at the alarm's rate
         # (which grid's flags rose is what a report points at).
-        self.n_grids = len(getattr(model, "grids_", ()))
-        self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
-        self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
-        self.grid_features = [tuple(int(f) for f in g.features) for g in model.grids_] if self.n_grids > 1 else None
+        # The report's parts: the model's grids, or the features of its one joint grid (``report_parts``).
+        part_features = model.report_parts() if hasattr(model, "report_parts") else [
+            tuple(int(f) for f in g.features) for g in getattr(model, "grids_", ())]
+        self.n_grids = len(part_features)
+        self.grid_names = model.part_names(config.feature_names) if self.n_grids > 1 else []
+        self.grid_thresholds = model.part_thresholds(a.contamination) if self.n_grids > 1 else None
+        self.grid_features = part_features if self.n_grids > 1 else None
         # The report's parts; the baseline also learns how normal traffic's weight spreads over them.
         self.parts = candidate_parts(self.grid_features, self.n_grids) if self.n_grids > 1 else []
         eps_parts = config.normal_parts_epsilon(self.n_grids) or None
@@ -241,7 +247,8 @@ class WindowReleaser:
         memo[id(self.alarm._derived)] = self.alarm._derived
         return copy.deepcopy({"alarm": self.alarm.__dict__, "baseline": self.baseline.__dict__,
                               "run_span": self._run_span, "run_charge_id": self._run_charge_id, "rung": self.rung,
-                              "reference": self.reference, "report_history": self.report_history}, memo)
+                              "reference": self.reference, "report_history": self.report_history,
+                              "day_rates": (self._day_rates, self._last_full)}, memo)
 
     def _restore(self, state: dict) -> None:
         for obj, saved in ((self.alarm, state["alarm"]), (self.baseline, state["baseline"])):
@@ -252,6 +259,7 @@ class WindowReleaser:
         self._run_charge_id = state["run_charge_id"]
         self.reference = state["reference"]
         self.report_history = state["report_history"]
+        self._day_rates, self._last_full = state["day_rates"]
 
     def _fits(self, window: ClosedWindow, cost: tuple[float, float], reserve: Sequence[tuple[float, float]] = (),
               kind: str = "window") -> bool:
@@ -287,6 +295,7 @@ class WindowReleaser:
                 # What it costs follows its released count: a span with too little traffic releases
                 # the count alone (``BaselineTracker.release``), at most the cost admitted.
                 released_baseline = self.baseline.release(window.end)
+                self._note_day_rate(released_baseline)
                 paid = (released_baseline.epsilon, 0.0)
                 self.ledger.add_charge("baseline", span_start, window.end, *paid)
                 charges.append({"kind": "baseline", "epsilon": paid[0], "delta": 0.0, "span": [span_start, window.end]})
@@ -416,6 +425,22 @@ class WindowReleaser:
         reason = baseline_misfit(count["value"], count["accuracy"], est.events_per_window, self.config.alarm.traffic_swing)
         if reason is not None:
             self.baseline.refit(reason)
+
+    def _note_day_rate(self, est: "BaselineEstimate | None") -> None:
+        """Keep a released daily baseline's rate (public) and tell the reference whether the last
+        days' rates were alike (``reference.days_alike``): the last DAYS_CHANGE_DAYS days at the same
+        levels, a warm-up's short span left out."""
+        if self.reference is None or est is None or self.reference.period is None:
+            return
+        # A day's span whose clip was sized on a warm-up's rate (the first after it) is left out too:
+        # its rate is clipped lower than the next days' (``BaselineTracker.span_cap``).
+        full = est.span_windows * 2 >= self.reference.period and est.rate > 0
+        after_full, self._last_full = self._last_full, full
+        if not (full and after_full):
+            return
+        rates = [r for r in self._day_rates if r[0] == est.levels][-(DAYS_CHANGE_DAYS - 1):]
+        self._day_rates = rates + [(est.levels, float(est.rate))]
+        self.reference.days_alike = days_alike([r for _, r in self._day_rates])
 
     def _outline(self, index: int, est: BaselineEstimate, window_start: float, load: "float | None"
                  ) -> tuple[bool, tuple]:

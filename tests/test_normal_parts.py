@@ -140,3 +140,44 @@ def test_before_the_parts_are_released_a_wrong_guess_names_nothing_on_quiet_wind
             named[error] += bool(rec["where"]["features"])
     assert named[math.inf] <= 5
     assert named[1.0] >= 50
+
+
+def test_a_model_of_one_joint_grid_reports_by_feature(tmp_path):
+    """Few features and many rows: the model is one fine joint grid (docs/model.md), which alone
+    cannot say which feature makes an event unusual. Its report parts are then the features, and
+    each flagged event goes to the one whose change to its most usual value beside the others
+    lowers the score most (``GridKNN.part_scores``): one part per event, so the histogram's
+    sensitivity is unchanged, and a surge in one feature is named."""
+    import json
+
+    from monitor.budget import BudgetAccountant, WindowLedger
+    from monitor.config import parse_config
+    from monitor.model import GridKNN
+    from monitor.pipeline.windows import ClosedWindow
+    from monitor.release import WindowReleaser
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.normal(75, 10, 8000), rng.normal(96, 1.5, 8000)])
+    model = GridKNN(epsilon=1.0, bounds=[(30, 220), (70, 100)], contamination=0.05, random_state=0,
+                    feature_names=["hr", "spo2"]).fit(X)
+    assert len(model.grids_) == 1 and model.report_parts() == [(0,), (1,)]
+    # Each event in one part: the attribution is a function of the event and the public model.
+    probe = np.array([[200.0, 96.0], [75.0, 72.0], [200.0, 72.0], [75.0, 96.0]])
+    scores = model.part_scores(probe)
+    assert scores.shape == (4, 2) and np.all(scores >= 0) and scores[0, 0] > scores[0, 1] and scores[1, 1] > scores[1, 0]
+    config = parse_config({
+        "features": [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}],
+        "window": {"size_seconds": 300},
+        "alarm": {"enabled": False},
+        "report": {"every_seconds": 300, "on_alarm": False},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 50.0},
+    })
+    b = config.budget
+    releaser = WindowReleaser(config, BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds),
+                              model, rng=1)
+    assert releaser.grid_names == ["hr", "spo2"] and releaser.report_cost == config.report_cost()
+    window = np.column_stack([rng.normal(75, 10, 1500), rng.normal(96, 1.5, 1500)])
+    window[:300, 0] = rng.uniform(170, 210, 300)  # a surge in heart rate alone
+    rec = json.loads(releaser.release(ClosedWindow(0.0, 300.0, window, np.zeros(0, bool), ()), released_at=300.0)
+                     .entry.payload)
+    assert rec["report"]["where"]["features"] == ["hr"], rec["report"]["where"]

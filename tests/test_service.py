@@ -164,11 +164,13 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     assert service.counts["late"] == 1
     assert service.counts["dead_letter"] == 5
 
-    # Dead letters keep the original bytes and say why.
-    dead = read_topic(kafka_bootstrap, cfg.stream.dead_letter_topic, 5)
+    # Dead letters keep the original bytes and say why; the late event is one too (reason late).
+    dead = read_topic(kafka_bootstrap, cfg.stream.dead_letter_topic, 6)
     reasons = {bytes(m.value): dict(m.headers)["reason"].decode() for m in dead}
-    assert reasons == {bad[0]: "bad_json", bad[1]: "not_object", bad[2]: "wrong_type", bad[3]: "not_finite",
-                       bad[4]: "bad_timestamp"}
+    late = [value for value, reason in reasons.items() if reason == "late"]
+    assert len(late) == 1 and json.loads(late[0])["id"] == "e902", reasons
+    assert {v: r for v, r in reasons.items() if r != "late"} == {
+        bad[0]: "bad_json", bad[1]: "not_object", bad[2]: "wrong_type", bad[3]: "not_finite", bad[4]: "bad_timestamp"}
 
     # The analysts' endpoint holds private values and public facts; event counts, lag and
     # latency (which would give each window's size) only the operators' one.

@@ -155,8 +155,8 @@ def marginal_features(d: int, n: int) -> tuple[int, ...]:
 def min_grids(d: int) -> int:
     """The fewest grids the v4 rule gives for d features, whatever n and epsilon. What the
     configuration charges a detailed report's grid part by (monitor.config): the "tail"
-    rule's one fine joint grid for 2 <= d <= FINE_MAX_D is fewer, so the charge is then
-    paid where a one-grid model would not need it (safe: never less than what is used)."""
+    rule's one fine joint grid for 2 <= d <= FINE_MAX_D reports by its d features
+    (``GridKNN.report_parts``), so the part is used there too."""
     return min(MIN_GRIDS, sum(_grid_counts(d, max(1, min(GROUP_SIZE, d)))))
 
 

@@ -97,7 +97,8 @@ def grid_unusual(model, X_raw: np.ndarray, grid_thresholds: np.ndarray) -> np.nd
     n_grids = len(grid_thresholds)
     if not len(X_raw):
         return np.zeros((0, n_grids))
-    scores = model.grid_scores(X_raw)
+    # By report part: the grids, or the features of one joint grid (``GridKNN.part_scores``).
+    scores = model.part_scores(X_raw) if hasattr(model, "part_scores") else model.grid_scores(X_raw)
     ratio = scores / np.maximum(np.asarray(grid_thresholds, dtype=float)[None, :], 1e-12)
     hists = getattr(getattr(model, "calibration_", None), "grids", None)
     if not hists or len(hists) != n_grids:
