@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
-from monitor.alarm.reference import GUARD_DIVISOR, Comparison, curve_coefficients, trend_coefficients
+from monitor.alarm.reference import (DAYS_CHANGE_RATIO, GUARD_DIVISOR, Comparison, curve_coefficients, days_alike,
+                                     trend_coefficients)
 from monitor.alarm.baseline import profile_load
 from monitor.alarm.units import band_around
 from monitor.budget import BudgetAccountant, WindowLedger
@@ -979,3 +980,43 @@ def test_the_release_puts_the_steady_line_first_only_from_the_second_day_and_whe
     assert not any(v for i, v in asked.items() if i < 96)
     later = [v for i, v in asked.items() if i >= 96]
     assert any(later) and not all(later)
+
+
+def test_days_whose_rates_differ_give_way_to_the_first_days_predictions():
+    """Where the last days' released rates differ (``days_alike`` False, set by the releaser from
+    public values), the reference compares as on a first day (``recent``), over the same windows and
+    interval; where they are alike, with the days before (``rhythm``)."""
+    people = [f"p{i}" for i in range(20)]
+    rng = np.random.default_rng(4)
+    ref = RhythmReference(3600, recent_windows=4, seasonal_windows=3)
+    for j in range(3 * 24):
+        ref.learn_one(j, (rng.random(len(people)) < 0.2) * 4096, people)
+    units = (rng.random(len(people)) < 0.2) * 4096
+    assert ref.outline(3 * 24)[0] == "rhythm" and ref.compare(3 * 24, units, people, 0, 2048).mode == "rhythm"
+    ref.days_alike = False
+    assert ref.outline(3 * 24)[0] == "recent" and ref.compare(3 * 24, units, people, 0, 2048).mode == "recent"
+    assert days_alike([0.03, 0.035, 0.032]) and not days_alike([0.03, 0.012]) and not days_alike([0.03, 0.0])
+
+
+def test_releaser_notes_whether_the_last_days_rates_were_alike():
+    """The releaser keeps the daily baselines' released rates (full days after a full day, at one
+    level) and falls back where consecutive ones of the last three differ by more than DAYS_CHANGE_RATIO."""
+    rel = object.__new__(WindowReleaser)
+    rel.reference, rel._day_rates, rel._last_full = RhythmReference(300), [], False
+    day = rel.reference.period
+
+    def est(rate, windows=day, levels=(0.01, 0.1)):
+        return BaselineEstimate(rate, 1500.0, 0.0, windows * 300.0, windows, 0.1, levels=levels)
+
+    for e in (est(0.03, 36), est(0.02), est(0.03), est(0.031)):  # a warm-up, the day sized on it, two days
+        rel._note_day_rate(e)
+    assert rel.reference.days_alike
+    up = DAYS_CHANGE_RATIO * 1.1
+    rel._note_day_rate(est(0.031 * up))  # a day that differs: it and the next day fall back
+    assert not rel.reference.days_alike
+    rel._note_day_rate(est(0.032 * up))
+    assert not rel.reference.days_alike
+    rel._note_day_rate(est(0.033 * up))  # two days of its kind: alike again
+    assert rel.reference.days_alike
+    rel._note_day_rate(est(0.01, levels=(0.002, 0.02)))  # another level's rate starts afresh
+    assert rel.reference.days_alike

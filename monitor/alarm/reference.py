@@ -64,6 +64,12 @@ Prediction = list[tuple[list[int], np.ndarray]]
 
 # Days of history the rhythm mode averages the day's shape over (as many as there are).
 SEASONAL_DAYS = 2
+# The daily baselines' released rates (public) of consecutive days differing by more than this
+# factor say the traffic changed its make-up lately (a weekend, a holiday): the days the rhythm
+# mode would compare with are then no guide, and the first day's predictions are used instead
+# (``days_alike``). Day-to-day noise of a day's rate is a few per cent at 1,500 people.
+DAYS_CHANGE_RATIO = 1.3
+DAYS_CHANGE_DAYS = 3  # the days compared with, and the one before them
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,9 @@ class RhythmReference:
         # i - run_reach_windows on only. None: ``reach_windows``.
         self.run_reach_windows: int | None = None
         self._floor = -math.inf  # the oldest window the current comparison may read (``_sets``)
+        # Whether the last days' released rates were alike (``days_alike``; set by the releaser from
+        # public values): where not, the rhythm mode gives way to the first day's predictions.
+        self.days_alike = True
         self._ids: dict[str, int] = {}
         # window index -> (unit ids, weight units, paged); arrays are never changed in place.
         self._windows: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
@@ -394,7 +403,7 @@ class RhythmReference:
         lower statistic)."""
         self._floor = index - (self.reach_windows if self.run_reach_windows is None else self.run_reach_windows)
         recent = self._last(index, self.recent_windows)
-        if self.period is not None:
+        if self.period is not None and self.days_alike:
             # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
             # Friday with another shape.
             kind = self._kind(index)
@@ -625,3 +634,16 @@ def _merged(predictions: list[Prediction]) -> dict[int, float]:
         for j, c in zip(windows, coefficients):
             merged[j] = merged.get(j, 0.0) + float(c)
     return merged
+
+
+def days_alike(rates: Sequence[float], ratio: float = DAYS_CHANGE_RATIO) -> bool:
+    """Whether consecutive days' released baseline rates (public, oldest first, at one level) stay
+    within ``ratio`` of each other: where one day's make-up differs from the day before (a weekend
+    after a week), the days the rhythm mode compares with are no guide to today, nor to the day after
+    (which would compare with the day that differed and the one before it).
+
+    >>> days_alike([0.03, 0.031, 0.029]), days_alike([0.03, 0.012, 0.011]), days_alike([])
+    (True, False, True)
+    """
+    r = [float(x) for x in rates]
+    return all(min(a, b) > 0 and max(a, b) / min(a, b) <= ratio for a, b in zip(r, r[1:]))
