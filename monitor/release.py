@@ -111,10 +111,13 @@ class WindowReleaser:
                                 slack_units=None if self.reference is None else self.reference.slack_units)
         # Public post-processing of the model: each grid's own threshold at the alarm's rate
         # (which grid's flags rose is what a report points at).
-        self.n_grids = len(getattr(model, "grids_", ()))
-        self.grid_names = model.grid_names(config.feature_names) if self.n_grids > 1 else []
-        self.grid_thresholds = model.grid_thresholds(a.contamination) if self.n_grids > 1 else None
-        self.grid_features = [tuple(int(f) for f in g.features) for g in model.grids_] if self.n_grids > 1 else None
+        # The report's parts: the model's grids, or the features of its one joint grid (``report_parts``).
+        part_features = model.report_parts() if hasattr(model, "report_parts") else [
+            tuple(int(f) for f in g.features) for g in getattr(model, "grids_", ())]
+        self.n_grids = len(part_features)
+        self.grid_names = model.part_names(config.feature_names) if self.n_grids > 1 else []
+        self.grid_thresholds = model.part_thresholds(a.contamination) if self.n_grids > 1 else None
+        self.grid_features = part_features if self.n_grids > 1 else None
         # The report's parts; the baseline also learns how normal traffic's weight spreads over them.
         self.parts = candidate_parts(self.grid_features, self.n_grids) if self.n_grids > 1 else []
         eps_parts = config.normal_parts_epsilon(self.n_grids) or None
