@@ -334,7 +334,7 @@ def main(argv=None) -> int:
                 f"datasets with kNN >= {KNN_FLOOR}: **{'met' if ok else 'MISSED'}** (goal mean >= 0.97, worst >= 0.90); "
                 f"AUROC falls by more than noise as epsilon grows on {s['falls']} dataset(s); "
                 f"at chance at eps 0.1 on {s['chance']}. The v1 layout (the first rule): mean "
-                f"{s['v1_mean']:.3f}, worst {s['v1_worst']:.3f}. The v4 rule (before the tail rule, issue 63): mean "
+                f"{s['v1_mean']:.3f}, worst {s['v1_worst']:.3f}. The v4 rule (before the tail rule, 2026-12): mean "
                 f"{s['v4_mean']:.3f}, worst {s['v4_worst']:.3f} ({s['v4_worst_name']}).")
 
     md = f"""## Private grid-kNN model
@@ -374,7 +374,7 @@ grids see 75 % of the rows. At eps 1 this moved the choose group from mean 0.979
 to 0.971 / 0.891 (Ionosphere: 135 rows left to the grids; its layout-seed lottery above spans
 0.846 to 0.915) and the confirm group from 0.951 / 0.739 to 0.940 / 0.726 (letter).
 `model.calibration_share: 0` gives the grids every row again, with uncalibrated rates.
-Fifth round (issue 63): the "tail" rule, chosen by the true-positive rate at the alarm's flag
+Fifth round (2026-12): the "tail" rule, chosen by the true-positive rate at the alarm's flag
 rates (section "The tail" below, `bench/bench_model_tail.py`): half of k's sqrt(n) term; from
 12 features about 3 joint grids a feature where n affords them beside every one-feature grid;
 for 2 to 4 features one fine joint grid where the noisy size gives it 6 or more bins per axis

@@ -1,6 +1,6 @@
 """The private model where the alarm looks: true-positive rate at 1 %, 5 % and 10 % of normal
 events flagged, against exact kNN on the same reference rows; writes the `model-tail` section of
-docs/benchmarks/model.md (issue 63).
+docs/benchmarks/model.md.
 
     python bench/bench_model_tail.py --jobs 2                  # 3 seeds, sizes 1,000 / 3,000 / 20,000
     python bench/bench_model_tail.py --seeds 1 --sizes 3000 --no-write --variants default tail
@@ -65,7 +65,7 @@ def gauss_far(seed: int = 0, n_in: int = 100000, n_out: int = 2000, d: int = 3):
 
 
 def skin_like(seed: int = 0, n_in: int = 100000, n_out: int = 20000, gap: float = 25.0):
-    """A simulated 3-feature set shaped like the held-out case of issue 63 (colour values in
+    """A simulated 3-feature set shaped like a held-out 3-feature set of 245,000 rows (colour values in
     [0, 255], many rows, outliers that no single feature separates): inliers are 12 broad
     blobs and 10 % uniform noise, thinned to 5 % within ``gap`` of a curved band; outliers are
     a dense, narrow band along it, every coordinate inside the inliers' range. Only a fine
@@ -271,7 +271,7 @@ def main(argv=None) -> int:
         summaries += summary_lines(s, size)
     fit = max((r["fit_s"] for r in rows if r["method"] != "exact kNN"), default=0.0)
     cmd = "python bench/bench_model_tail.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    md = (f"## The tail: true-positive rate at the alarm's flag rates (issue 63)\n\n"
+    md = (f"## The tail: true-positive rate at the alarm's flag rates (2026-12)\n\n"
           f"Reproduce: `{cmd.strip()}` ({took:.0f} s; longest fit {fit:.1f} s). Protocol: `bench/bench_model_tail.py`'s "
           "docstring: reference = min(size, 60 % of the inliers) inliers, thresholds from up to 5,000 unseen inliers "
           "(the same empirical quantile for every model), TPR on every outlier, exact kNN = distance to the 5th "

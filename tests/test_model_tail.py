@@ -1,4 +1,4 @@
-"""The "tail" layout rule (issue 63): one fine joint grid for 2 to 4 features where the noisy
+"""The "tail" layout rule: one fine joint grid for 2 to 4 features where the noisy
 size allows, k without a sqrt(n) term; its privacy on neighbouring reference sets, adversarial
 inputs, the file's record of the rule, and calibration on a large low-dimensional set."""
 

@@ -59,7 +59,7 @@ EPSILON_CAP = 1.0  # the layout is the same for every epsilon above this
 K_NOISE = 1.0  # k in units of the per-cell noise scale G / epsilon ...
 K_SQRT = 1.0  # ... and at least sqrt(n) ...
 K_MIN = 5.0  # ... and at least exact kNN's k
-# The "tail" rule (the default since issue 63; docs/model.md "The default layout"): what the
+# The "tail" rule (the default since model format 4's layout names; docs/model.md "The default layout"): what the
 # alarm reads is the top 1 % to 10 % of scores, and there a small k and, for few features, one
 # fine joint grid follow the data where the v4 rule (chosen for AUROC) stayed coarse.
 RULES = ("tail", "v4")
@@ -175,7 +175,7 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
 
     Explicit arguments override the rule: ``group_size``, ``bins`` and ``n_grids`` apply
     to the joint grids, ``marginals`` is the number of 1-feature grids (0 = none).
-    ``rule``: "tail" (the default) or "v4" (the rule before issue 63: k includes sqrt(n),
+    ``rule``: "tail" (the default) or "v4" (the rule before the tail rule: k includes sqrt(n),
     never a fine joint grid). They differ in two places only:
     - k = max(K_MIN, K_NOISE * G / epsilon, K_SQRT_TAIL * sqrt(n)) under "tail" (half the
       v4 rule's sqrt(n) term);

@@ -11,7 +11,7 @@ Layout (format version 4)::
                              "composition": ..., "unit": "one reference record (add/remove)"},
                  "size": {"value": <noisy number of reference records>, "epsilon": ...,
                           "mechanism": "laplace_global"},
-                 "layout": {"rule": ..., "name": "tail" or "v4" (absent before issue 63: v4),
+                 "layout": {"rule": ..., "name": "tail" or "v4" (absent in older files: v4),
                             "group_size", "n_grids", "marginals", "bins"},
                  "grids": [{"features": [0, 1, 2], "bins": 5, "epsilon": ..., "keys": [...],
                             "values": [...]}, ...],
@@ -202,7 +202,7 @@ def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, version: int):
 
 
 def _rule_name(lay: dict) -> str:
-    """The layout rule a file was fitted under: its ``layout.name`` (written since issue 63's
+    """The layout rule a file was fitted under: its ``layout.name`` (written since the tail rule's
     "tail" rule; the file holds the fitted grids and k in full, so the name only records how
     they were chosen), "v4" for files written before it."""
     name = lay.get("name", "v4")

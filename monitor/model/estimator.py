@@ -24,7 +24,7 @@ from monitor.model.calibration import Calibration, ScoreHistogram, public_edges,
 
 __all__ = ["GridKNN", "LEGACY_OPTIONS"]
 
-# The layout rule before issue 63 (format 4's default), for comparison: bench/bench_model_tail.py.
+# The layout rule before the tail rule (format 4's first default), for comparison: bench/bench_model_tail.py.
 LEGACY_OPTIONS = {"layout_rule": "v4"}
 
 # Public size and seed of the synthetic sample drawn from the model to set tau from contamination.
