@@ -39,6 +39,7 @@ PAGES: dict[str, str] = {
     "alarm-real": "alarm-real.md",
     "alarm-real-levels": "alarm-real.md",
     "alarm-real-legacy": "alarm-real.md",
+    "alarm-sizing": "alarm-real.md",
     "alarm-rhythm": "alarm-rhythm.md",
     "alarm-rhythm-before": "alarm-rhythm.md",
     "alarm-ceiling": "alarm-rhythm.md",

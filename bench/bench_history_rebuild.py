@@ -5,7 +5,7 @@ Fills a topic on the embedded broker with the reference's whole reach (600 five-
 as released in a fresh ledger, and runs ``monitor.pipeline.history.rebuild_history`` as the
 service does at start (read, validate, bound, score, learn), then the read alone.
 
-    python tests/history_timing.py --people 1500
+    python bench/bench_history_rebuild.py --people 1500
 """
 
 from __future__ import annotations
