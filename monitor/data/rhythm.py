@@ -18,13 +18,8 @@ moment the traffic is a mixture of such tilts (:meth:`Rhythm.components`):
   back at ``night_start``;
 - ``weekly``: the wave on weekdays, and on the ``weekend`` days (2 of 7) a wave along the
   SECOND component instead (another part of the normal data moves);
-- ``curve``: a measured curve (``curve``: ``curve_slots`` values a day, day 0 a Monday, repeated
-  after its last day), e.g. a real half-hourly demand curve with its weekends:
-  ``a = (strength * c(t), 0)``, ``c`` the curve centred on its mean, divided by its largest
-  deviation (so in [-1, 1]) and interpolated linearly between slots; ``volume`` then scales
-  the events by ``1 + volume * c(t)`` (:attr:`Rhythm.curve_volume` is the curve's own relative
-  swing: events in proportion to the curve). :func:`strength_for_swing` finds the strength that
-  gives a chosen swing of a per-row quantity;
+- ``curve``: a measured curve with its weekends (``curve_slots`` values a day from a Monday):
+  ``a = (strength * c(t), 0)``, ``c`` the curve normalised to [-1, 1] (:meth:`Rhythm.shape`);
 - ``none`` (or strength 0): stationary.
 
 :class:`RowRhythm` applies a rhythm to a pool of rows: :meth:`RowRhythm.probabilities` is the
@@ -32,9 +27,8 @@ exact distribution a window's rows are drawn from, so :meth:`RowRhythm.expected`
 TRUE expected value per event of anything computed per row (a flag, a graded weight): the
 oracle an exact detector that knows each window's normal rate uses.
 
-Optionally the volume follows the day too (``volume``: events per window times
-``1 + volume * sin(2 pi t)``, or ``1 + volume * c(t)`` for a ``curve``;
-:class:`monitor.data.traffic.RowTraffic` has its own ``swing`` and follows a ``curve``'s volume).
+Optionally the volume follows the day (``volume``: events per window times ``1 + volume * sin(2 pi t)``,
+or ``1 + volume * c(t)``; :class:`monitor.data.traffic.RowTraffic` follows a ``curve``'s, else its ``swing``).
 
 >>> rng = np.random.default_rng(0)
 >>> pool = rng.normal(size=(500, 3))
@@ -44,9 +38,6 @@ Optionally the volume follows the day too (``volume``: events per window times
 True
 >>> np.allclose(RowRhythm(pool, Rhythm("wave", 0.0)).probabilities(0.3), 1 / 500)
 True
->>> c = Rhythm("curve", 1.0, curve=(1.0, 3.0), curve_slots=2)   # midnight low, noon high
->>> c.shape(0.0), c.shape(0.25), c.shape(0.5), c.components(0.5)
-(-1.0, 0.0, 1.0, [(1.0, (1.0, 0.0))])
 """
 
 from __future__ import annotations
@@ -128,8 +119,15 @@ class Rhythm:
         return float(np.abs(x - x.mean()).max() / x.mean()) if self.curve and x.mean() > 0 else 0.0
 
     def shape(self, t: float) -> float:
-        """The curve's normalised value at time ``t`` (days): in [-1, 1], mean 0 over the curve,
-        linear between slot starts (and from the last slot back to the first)."""
+        """The curve's normalised value at time ``t`` (days): centred on its mean and divided by its
+        largest deviation (in [-1, 1]), linear between slot starts (the last slot back to the first).
+        With ``volume``, events per window are ``1 + volume * shape(t)`` times the mean;
+        :attr:`curve_volume` (the curve's own relative swing) sends them in proportion to the curve.
+
+        >>> c = Rhythm("curve", 1.0, curve=(1.0, 3.0), curve_slots=2)   # midnight low, noon high
+        >>> c.shape(0.0), c.shape(0.25), c.shape(0.5), c.components(0.5)
+        (-1.0, 0.0, 1.0, [(1.0, (1.0, 0.0))])
+        """
         c = self._shape
         pos = (t * self.curve_slots) % c.size
         k = int(math.floor(pos))
