@@ -36,7 +36,7 @@ from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_grade
                                      rung_levels, rung_units)
 from monitor.alarm.slack import SLACK_STEP
 from monitor.alarm.units import rhythm_interval
-from monitor.config import MonitorConfig, ReportSettings
+from monitor.config import MonitorConfig
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
 from monitor.report import (ReportHistory, candidate_parts, grid_unusual, normal_part_shares, part_of, release_report,

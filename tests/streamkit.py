@@ -107,6 +107,41 @@ def write_model(path: Path, seed: int = 0, n: int = 2000) -> Path:
     return path
 
 
+def two_feature_model(path: Path) -> Path:
+    """A fitted two-feature (hr, spo2) model of seeded normal vitals, saved to ``path``."""
+    import numpy as np
+    from monitor.model import GridKNN
+
+    X = np.random.default_rng(0).normal([75, 96], [8, 1.5], size=(2000, 2))
+    GridKNN(epsilon=1.0, bounds=[(30, 220), (70, 100)], contamination=0.05, random_state=0,
+            feature_names=["hr", "spo2"]).fit(X).save(path)
+    return path
+
+
+def start_service(service) -> threading.Thread:
+    """Run a ``MonitorService`` in a daemon thread; its error, if any, is kept for ``finish_service``."""
+    errors: list[BaseException] = []
+
+    def target():
+        try:
+            service.run()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the test thread
+            errors.append(err)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.errors = errors  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def finish_service(thread: threading.Thread, timeout: float = 30.0) -> None:
+    """Wait for a ``start_service`` thread to end; re-raise what the service raised."""
+    thread.join(timeout)
+    assert not thread.is_alive(), "service did not stop"
+    if thread.errors:  # type: ignore[attr-defined]
+        raise thread.errors[0]  # type: ignore[attr-defined]
+
+
 def write_config(directory: Path, *, bootstrap: str, model_path: Path, prefix: str,
                  window_seconds: float = 1.0, lateness_seconds: float = 0.5,
                  max_message_bytes: int = 65536, metrics_port: int = 0,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +26,7 @@ from monitor.pipeline.events import EventSchema
 from monitor.pipeline.history import history_span, rebuild_history
 from monitor.pipeline.service import MonitorService
 from monitor.pipeline.windows import ClosedWindow
+from streamkit import finish_service as finish, start_service as start, two_feature_model
 
 pytestmark = pytest.mark.broker
 
@@ -35,13 +35,7 @@ FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory) -> Path:
-    from monitor.model import GridKNN
-
-    path = tmp_path_factory.mktemp("model") / "model.json"
-    X = np.random.default_rng(0).normal([75, 96], [8, 1.5], size=(2000, 2))
-    GridKNN(epsilon=1.0, bounds=[(30, 220), (70, 100)], contamination=0.05, random_state=0,
-            feature_names=["hr", "spo2"]).fit(X).save(path)
-    return path
+    return two_feature_model(tmp_path_factory.mktemp("model") / "model.json")
 
 
 def make_config(tmp_path: Path, model_path: Path, tag: str):
@@ -57,28 +51,6 @@ def make_config(tmp_path: Path, model_path: Path, tag: str):
         "stream": {"input_topic": f"hist-{tag}", "alerts_topic": f"alerts-{tag}", "dead_letter_topic": f"dlq-{tag}",
                    "group_id": f"g-{tag}", "entity_field": "device", "timestamp_field": "ts", "kafka": FAST_GROUP},
     })
-
-
-def start(service: MonitorService) -> threading.Thread:
-    errors: list[BaseException] = []
-
-    def target():
-        try:
-            service.run()
-        except BaseException as err:  # noqa: BLE001 - re-raised in the test thread
-            errors.append(err)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.errors = errors  # type: ignore[attr-defined]
-    thread.start()
-    return thread
-
-
-def finish(thread: threading.Thread, timeout: float = 30.0) -> None:
-    thread.join(timeout)
-    assert not thread.is_alive(), "service did not stop"
-    if thread.errors:  # type: ignore[attr-defined]
-        raise thread.errors[0]  # type: ignore[attr-defined]
 
 
 def history(ref, only=None) -> dict:

@@ -16,6 +16,7 @@ import pytest
 from monitor.config import parse_config
 from monitor.pipeline.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP
 from monitor.pipeline.windows import WindowStore
+from streamkit import two_feature_model
 
 pytestmark = pytest.mark.broker
 
@@ -35,13 +36,7 @@ def test_select_names_the_events_that_came_after_their_close_not_those_read_agai
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory) -> Path:
-    from monitor.model import GridKNN
-
-    path = tmp_path_factory.mktemp("model") / "model.json"
-    X = np.random.default_rng(0).normal([75, 96], [8, 1.5], size=(2000, 2))
-    GridKNN(epsilon=1.0, bounds=[(30, 220), (70, 100)], contamination=0.05, random_state=0,
-            feature_names=["hr", "spo2"]).fit(X).save(path)
-    return path
+    return two_feature_model(tmp_path_factory.mktemp("model") / "model.json")
 
 
 def test_late_events_go_to_the_dead_letter_topic_with_reason_late_and_one_log_line(tmp_path, model_path,

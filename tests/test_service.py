@@ -11,7 +11,6 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from monitor.config import parse_config
@@ -28,17 +27,12 @@ from monitor.pipeline.service import MonitorService
 
 FEATURES = [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}]
 from monitor.pipeline.broker import EMBEDDED_GROUP_SETTINGS as FAST_GROUP  # the test brokers are Tansu too
+from streamkit import finish_service as finish, start_service as start, two_feature_model
 
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory) -> Path:
-    from monitor.model import GridKNN
-
-    path = tmp_path_factory.mktemp("model") / "model.json"
-    X = np.random.default_rng(0).normal([75, 96], [8, 1.5], size=(2000, 2))
-    GridKNN(epsilon=1.0, bounds=[(30, 220), (70, 100)], contamination=0.05, random_state=0,
-            feature_names=["hr", "spo2"]).fit(X).save(path)
-    return path
+    return two_feature_model(tmp_path_factory.mktemp("model") / "model.json")
 
 
 def make_config(tmp_path: Path, model_path: Path, *, size=1.0, lateness=0.3, **stream):
@@ -54,28 +48,6 @@ def make_config(tmp_path: Path, model_path: Path, *, size=1.0, lateness=0.3, **s
         "stream": {"input_topic": f"events-{tag}", "alerts_topic": f"alerts-{tag}", "dead_letter_topic": f"dlq-{tag}",
                    "group_id": f"g-{tag}", "kafka": FAST_GROUP, **stream},
     })
-
-
-def start(service: MonitorService) -> threading.Thread:
-    errors: list[BaseException] = []
-
-    def target():
-        try:
-            service.run()
-        except BaseException as err:  # noqa: BLE001 - re-raised in the test thread
-            errors.append(err)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.errors = errors  # type: ignore[attr-defined]
-    thread.start()
-    return thread
-
-
-def finish(thread: threading.Thread, timeout: float = 30.0) -> None:
-    thread.join(timeout)
-    assert not thread.is_alive(), "service did not stop"
-    if thread.errors:  # type: ignore[attr-defined]
-        raise thread.errors[0]  # type: ignore[attr-defined]
 
 
 def read_topic(bootstrap: str, topic: str, expect: int, timeout: float = 10.0) -> list:
