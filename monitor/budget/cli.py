@@ -46,40 +46,12 @@ def configure_budget(parser: argparse.ArgumentParser) -> None:
 
 def budget_report(config: Any, at: float | None = None, now: float | None = None, anomalies=None) -> dict[str, Any]:
     """Both ledgers and the plan as one JSON-ready dict. ``config`` is a MonitorConfig; ``anomalies``:
-    (rows, labels or None, name) of a file of known anomalies (``read_anomalies``)."""
+    (rows, labels or None, name) of a file of known anomalies (``monitor.model.io.read_labelled``)."""
     import time
 
     now = time.time() if now is None else now
     plan = {**_plan_report(config, now), "visibility": _visibility_report(config, anomalies)}
     return {"stream": _stream_report(config, at), "plan": plan, "reference": _reference_report(config)}
-
-
-def read_anomalies(config: Any, path: str, labels: "str | None" = None):
-    """(rows, labels or None, name) of a file of known anomalies, its columns the config's features;
-    ``labels``: the column saying which rows are anomalies (an npz's ``y``)."""
-    from pathlib import Path
-
-    import numpy as np
-
-    from monitor.errors import MonitorError
-    from monitor.model.io import read_features
-
-    file = Path(path)
-    rows = read_features(file, config.feature_names, progress=False)
-    flags = None
-    if labels is not None:
-        if file.suffix.lower() == ".npz":
-            with np.load(file, allow_pickle=False) as z:
-                if labels not in z:
-                    raise MonitorError(f"--labels {labels}: {file} holds no array {labels!r} (it holds {', '.join(z.files)})")
-                flags = np.asarray(z[labels], dtype=float).reshape(-1)
-        else:
-            flags = read_features(file, [labels], progress=False)[:, 0]
-        if flags.shape != (len(rows),) or not np.isin(flags, (0.0, 1.0)).all():
-            raise MonitorError(f"--labels {labels}: each row needs 1 (an anomaly) or 0 (normal), one per row of {file}")
-        if not flags.any():
-            raise MonitorError(f"--labels {labels}: no row of {file} is labelled 1 (an anomaly)")
-    return rows, flags, file.name
 
 
 def _visibility_report(config: Any, anomalies=None) -> dict[str, Any]:
@@ -225,12 +197,14 @@ def _reference_report(config: Any) -> dict[str, Any]:
 def run_budget(args: argparse.Namespace) -> int:
     from monitor.config import load_config
 
+    from monitor.model.io import read_labelled
+
     config = load_config(args.config)
     if args.labels and not args.anomalies:
         from monitor.errors import MonitorError
 
         raise MonitorError("--labels needs --anomalies FILE: the file whose rows it labels")
-    anomalies = read_anomalies(config, args.anomalies, args.labels) if args.anomalies else None
+    anomalies = read_labelled(args.anomalies, config.feature_names, args.labels) if args.anomalies else None
     report = budget_report(config, at=args.at, anomalies=anomalies)
     if args.json:
         json.dump(report, sys.stdout, indent=2)

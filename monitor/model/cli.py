@@ -269,9 +269,9 @@ def _report_alarm_weights(config, model, path: Path, Y: np.ndarray, labels: "str
     """What the alarm makes of these rows (``monitor.alarm.anomalies``): the share it weighs fully,
     their mean weight, with labels the AUROC; the surge share that pages is ``monitor budget``'s."""
     from monitor.alarm.anomalies import anomaly_sight
-    from monitor.budget.cli import read_anomalies
+    from monitor.model.io import read_labelled
 
-    flags = read_anomalies(config, str(path), labels)[1] if labels else None
+    flags = read_labelled(path, config.feature_names, labels)[1] if labels else None
     s = anomaly_sight(model, config.alarm, Y, flags)
     which = f"the {s.rows} rows labelled 1" if flags is not None else f"the {s.rows} rows"
     print(f"at the alarm's levels {which} weigh {s.mean_weight:.3f} on average (normal events {s.normal_weight:.3f}); "

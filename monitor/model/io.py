@@ -177,3 +177,26 @@ def _read_csv(path: Path, names: list[str], progress: bool) -> np.ndarray:
     if not out:
         raise InputFileError(f"{path}: no data rows after the header")
     return np.asarray(out, dtype=float)
+
+
+def read_labelled(path: "str | os.PathLike", names: Sequence[str], labels: "str | None" = None
+                  ) -> "tuple[np.ndarray, np.ndarray | None, str]":
+    """(rows, labels or None, file name) of a file of known anomalies: columns ``names`` as in
+    ``read_features``; ``labels``, the column (an npz's array) saying which rows are anomalies (1)
+    and which normal (0), refused in one line unless every row has one and some row is 1."""
+    file = Path(path)
+    rows = read_features(file, names, progress=False)
+    flags = None
+    if labels is not None:
+        if file.suffix.lower() == ".npz":
+            with np.load(file, allow_pickle=False) as z:
+                if labels not in z:
+                    raise MonitorError(f"--labels {labels}: {file} holds no array {labels!r} (it holds {', '.join(z.files)})")
+                flags = np.asarray(z[labels], dtype=float).reshape(-1)
+        else:
+            flags = read_features(file, [labels], progress=False)[:, 0]
+        if flags.shape != (len(rows),) or not np.isin(flags, (0.0, 1.0)).all():
+            raise MonitorError(f"--labels {labels}: each row needs 1 (an anomaly) or 0 (normal), one per row of {file}")
+        if not flags.any():
+            raise MonitorError(f"--labels {labels}: no row of {file} is labelled 1 (an anomaly)")
+    return rows, flags, file.name
