@@ -361,6 +361,8 @@ def summarise(results: list[dict]) -> str:
     for people, share in sorted({(r["people"], r["share"]) for r in results}):
         for label in sorted({r["rhythm"] for r in results}, key=order.get):
             rs = [r for r in results if (r["people"], r["share"], r["rhythm"]) == (people, share, label)]
+            if not rs:  # a rhythm measured at another scale only
+                continue
             q = [r for r in rs if "false_pages" in r]
             s = [r for r in rs if "surges" in r]
             qd = sum(r["quiet_days"] for r in q)
@@ -565,6 +567,7 @@ def main() -> None:
     ap.add_argument("--section", default="alarm-rhythm", choices=tuple(TITLES),
                     help="the page section --write replaces")
     ap.add_argument("--note", default="", help="a line written under the section's title (e.g. which alarm ran)")
+    ap.add_argument("--appendix", type=Path, help="a markdown file written at the section's end (e.g. a before and after)")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks/alarm-rhythm.md")
     ap.add_argument("--trend-error", action="store_true", help="how far the first day's trend misses each rhythm (no replay)")
     ap.add_argument("--check-curve", action="store_true", help="check bench/curves/taylor.csv against pmdarima (extra 'curves')")
@@ -621,7 +624,8 @@ def main() -> None:
         note = f"{args.note}\n\n" if args.note else ""
         write_run(args.section, "Surge alarm on rhythmic traffic" + TITLES[args.section],
                   f"{note}{CURVE_PREFACE if args.section == 'alarm-rhythm-real-curve' else PREFACE}\n\n{table}\n\n"
-                  f"Per data set:\n\n{detail}", took, args.command)
+                  f"Per data set:\n\n{detail}" + (f"\n\n{args.appendix.read_text().strip()}" if args.appendix else ""),
+                  took, args.command)
 
 
 if __name__ == "__main__":
