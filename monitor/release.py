@@ -433,8 +433,10 @@ class WindowReleaser:
         if self.reference is None or est is None or self.reference.period is None:
             return
         # A day's span whose clip was sized on a warm-up's rate (the first after it) is left out too:
-        # its rate is clipped lower than the next days' (``BaselineTracker.span_cap``).
-        full = est.span_windows * 2 >= self.reference.period and est.rate > 0
+        # its rate is clipped lower than the next days' (``BaselineTracker.span_cap``); so is a span with
+        # too little traffic, whose release carries the rate before it (``baseline_problem``).
+        full = (est.span_windows * 2 >= self.reference.period and est.rate > 0
+                and baseline_problem(est.rate, est.events_per_window) is None)
         after_full, self._last_full = self._last_full, full
         if not (full and after_full):
             return

@@ -1020,3 +1020,8 @@ def test_releaser_notes_whether_the_last_days_rates_were_alike():
     assert rel.reference.days_alike
     rel._note_day_rate(est(0.01, levels=(0.002, 0.02)))  # another level's rate starts afresh
     assert rel.reference.days_alike
+    kept = list(rel._day_rates)
+    # A span with too little traffic carries the rate before it: neither it nor the day sized after it counts.
+    rel._note_day_rate(BaselineEstimate(0.05, 5.0, 0.0, day * 300.0, day, 0.1, levels=(0.002, 0.02)))
+    rel._note_day_rate(est(0.05, levels=(0.002, 0.02)))
+    assert rel.reference.days_alike and rel._day_rates == kept
