@@ -13,7 +13,7 @@ PROOFS = REPO / "docs" / "proofs"
 
 # Module docstrings over the limit in files other engineers were editing when the limit came;
 # each is to be shortened, and the list only shrinks.
-LONG_DOCSTRINGS_LEFT = {"monitor/model/_format.py"}
+LONG_DOCSTRINGS_LEFT: set = set()
 
 
 def test_the_guide_is_short_and_links_every_measured_figure_to_its_benchmark_section():

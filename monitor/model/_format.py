@@ -36,11 +36,8 @@ it guards the private release. ``scoring`` is post-processing of that release, f
 privacy, so it is outside the checksum and may be edited (a new threshold needs no refit):
 ``threshold`` wins over ``contamination``; with neither the model flags nothing.
 
-Version 3 files (no calibration) load, with uncalibrated thresholds (the quantile of the
-model's own noisy mass, not a share of real data: refit to calibrate). Version 2 files
-(layout from d and epsilon only, no size estimate) load unchanged; version 1
-files (one checksum over everything, disjoint feature groups) still load, their threshold
-converted to the version 2 score unit (cells instead of the unit cube).
+Older files load: version 3 (no calibration) with uncalibrated thresholds (refit to
+calibrate), version 2 unchanged, version 1 with its threshold converted to cells.
 """
 
 from __future__ import annotations

@@ -9,40 +9,22 @@ dead-letter topics.
 Replaying private data is a release, so it charges a ledger like a real run, and that
 ledger remembers. By default it is the input's backtest ledger,
 ``<budget.ledger's folder>/backtest-ledgers/<input name>-<events digest, 16 hex>.sqlite``,
-keyed by the events themselves (``events_digest``): each valid event's canonical form (its
-time, entity and configured feature values as the monitor reads them after validation),
-hashed, and the hashes combined as a multiset (their sum modulo 2**256, with the count).
-So blank lines, invalid lines, the order of the lines or of a line's keys, spacing and
-number spelling (``jq -c``, 72 for 72.0) leave the ledger the same; one event more, less or
-different makes it another. One ledger per content (a copy under another name finds the
-same one), never deleted, under the config's period and lifetime caps
-(``budget.epsilon``, ``budget.lifetime_epsilon``). Every replay of the same data adds to
-it, so repeated backtests add up against one lifetime cap instead of each starting
-afresh. A window already in the ledger is written out as stored, never redrawn:
-averaging several draws of one window would remove its noise. New windows (another
-range) are charged. ``--redraw`` (another setting on the same data) draws afresh into the
-input's next backtest ledger, ``...-<digest>.draw<k>.sqlite``, which starts with every
-charge the previous one holds: a new release, charged on top of the earlier ones under the
-same caps, never free. ``--ledger FILE`` charges a given ledger instead (the same rules;
-its caps are its own). Either way the replay holds the ledger's lock
-(``monitor.lockfile``), so it refuses a ledger that a running monitor or another replay
-writes. A ledger named the old way, by the sha256 of the file's bytes, is taken over by the
-next replay of those bytes: renamed to the events' name, or, where the events already have
-a ledger, its charges added to that one and the old file kept as ``*.folded-into-<digest>``.
+keyed by the events themselves (``events_digest``: each valid event's canonical form, hashed,
+the hashes summed as a multiset), so blank or invalid lines, line and key order, spacing and
+number spelling leave it the same; one event more, less or different makes it another. A
+window already in the ledger is written out as stored, never redrawn; new windows are
+charged under the config's caps. ``--redraw`` draws afresh into the input's next ledger,
+which starts with every charge of the previous one; ``--ledger FILE`` charges a given
+ledger; either way the replay holds the ledger's lock (``monitor.lockfile``). A ledger named
+the old way (the sha256 of the file's bytes) is taken over by the next replay of those bytes.
 
 Two streaming passes, memory bounded by the windows still open and the alarm's state, not
-by the file: the first (``scan_input``) computes the digest, which picks the ledger, and
-notes each window's last batch of lines; the second validates in batches (one
-``EventSchema.parse_batch`` call per batch of lines, as the live path) and releases each
-window as soon as the rest of the file holds none of its events. So a file need not be in
-time order, and every event in [--start, --end) counts in its window however far from
-its place it stands, as when the whole file was held (no event is late); a file in time
-order holds a few windows at a time (those a batch of lines reaches), a shuffled one all of them.
-
-The output file appears only when the whole replay succeeded (written beside it, then
-renamed); windows charged before a failure stay in the ledger and are written as stored
-next time. A file that changes while it is replayed is refused (the windows released
-before stay charged).
+by the file: the first (``scan_input``) computes the digest and notes each window's last
+batch of lines; the second validates in batches (``EventSchema.parse_batch``, as the live
+path) and releases each window once the rest of the file holds none of its events, so a
+file need not be in time order and no event in [--start, --end) is late. The output file
+appears only when the whole replay succeeded; a file that changes while it is replayed is
+refused (docs/operations.md, "Backtests").
 """
 
 from __future__ import annotations
