@@ -167,3 +167,46 @@ def test_budget_sizes_the_surge_from_a_file_of_the_users_own_anomalies(workdir):
     assert score.returncode == 0, score.stderr
     assert "the 60 rows labelled 1 weigh 1.000 on average" in score.stdout and "AUROC 1.000" in score.stdout, score.stdout
     assert "monitor budget --anomalies both.csv --labels is_anomaly" in score.stdout
+
+
+def test_a_fit_the_alarm_cannot_use_says_so_as_an_error_with_advice_that_fixes_it(workdir):  # noqa: F811
+    """Too few reference rows for any level the alarm uses: `monitor fit` writes the model but says,
+    as an error, that the alarm cannot use it and what would fix it; a set large enough says nothing.
+    Where a sparser level is calibrated on this very model, that is the advice, and it holds there."""
+    import numpy as np
+
+    from monitor.config import AlarmSettings
+    from monitor.model import GridKNN
+
+    _alarm_on(workdir)
+    rng = np.random.default_rng(3)
+    _rows(workdir / "small.csv", np.column_stack([rng.normal(75, 10, 150), rng.normal(96, 1.5, 150)]).round(2).tolist())
+    small = monitor("fit", "--reference", "small.csv", cwd=workdir)
+    assert small.returncode == 0, small.stderr
+    errors = [ln for ln in small.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "the alarm cannot use it as configured" in errors[0], small.stderr
+    assert "too few to calibrate any level the alarm uses" in errors[0] and "fit on at least about" in errors[0], errors
+    need = int(errors[0].split("fit on at least about ")[1].split(" ")[0].replace(",", ""))
+    _rows(workdir / "large.csv", np.column_stack([rng.normal(75, 10, need), rng.normal(96, 1.5, need)]).round(2).tolist())
+    large = monitor("fit", "--reference", "large.csv", cwd=workdir)
+    assert large.returncode == 0 and "error:" not in large.stderr, large.stderr  # the advice fixed it
+    # A sparser level where this model calibrates one: the advice names it, and it holds on the model.
+    from monitor.model.cli import _check_alarm_levels
+    from monitor.config import load_config
+    import contextlib
+    import io
+
+    X = np.column_stack([rng.normal(75, 10, 2000), rng.normal(96, 1.5, 2000)])
+    model = GridKNN(epsilon=1.0, bounds=[(30, 220), (70, 100)], contamination=0.05, random_state=0,
+                    feature_names=["hr", "spo2"]).fit(X)
+    config = load_config(workdir / "config.yaml")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        _check_alarm_levels(model, config, 2000)
+    said = err.getvalue()
+    if "set alarm.contamination" in said:
+        fix = float(said.split("set alarm.contamination ")[1].split(" ")[0])
+        settings = AlarmSettings(contamination=fix, contamination_graded=min(0.5, 10 * fix))
+        assert model.rate_accuracy(fix).enough
+        from monitor.alarm.calibrate import alarm_levels
+        assert alarm_levels(model, settings)[1] < 0.999 * model._score_max()

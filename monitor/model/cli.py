@@ -174,6 +174,48 @@ def _report_sight(model, cfg, n_rows: int) -> None:
           f"the threshold. Next step: {todo}; {check}", file=sys.stderr)
 
 
+# Upper alarm levels offered where the configured one cannot flag (each with a tenth of it as the graded level).
+_ALARM_RATES = (0.01, 0.02, 0.05, 0.1, 0.2)
+
+
+def _check_alarm_levels(model, cfg, n_rows: int) -> None:
+    """An error-level message where the alarm cannot use the model as configured: its upper level
+    lies at the top of the scores the model can give (no event weighs fully, so no surge pages), or
+    the held-apart rows are too few for every level it uses. The advice is checked on this model:
+    the sparsest upper level (with a graded level 10 times as wide) whose threshold lies below
+    that top and whose rate the held-apart rows calibrate; or, where none does, the rows needed."""
+    from monitor.alarm.calibrate import alarm_levels
+
+    a = getattr(cfg, "alarm", None)
+    if a is None or not a.enabled or model.calibration_ is None:
+        return
+    top = model._score_max()
+    _, t_hi = alarm_levels(model, a)
+    at_top = t_hi >= 0.999 * top  # the last score bin: only events with no mass anywhere near reach it
+    levels = [a.contamination] + ([a.contamination_graded] if a.contamination_graded else [])
+    uncalibrated = not any(model.rate_accuracy(c).enough for c in levels)
+    if not (at_top or uncalibrated):
+        return
+    why = "; ".join(
+        ([f"the alarm's upper level (alarm.contamination {a.contamination:g}) lies at the top of the scores this model "
+          f"can give ({top:.4g}): hardly any event can weigh fully, so a surge will hardly page"] if at_top else [])
+        + ([f"the {model.rate_accuracy(a.contamination).rows:.0f} held-apart reference rows are too few to calibrate any "
+            f"level the alarm uses ({', '.join(f'{c:g}' for c in levels)})"] if uncalibrated else []))
+    fix = next((c for c in _ALARM_RATES if c >= a.contamination and model.threshold_for(c) < 0.999 * top
+                and model.rate_accuracy(c).enough), None)
+    if fix is not None:
+        todo = (f"set alarm.contamination {fix:g} and alarm.contamination_graded {min(0.5, 10 * fix):g} (checked on "
+                "this model: its level then lies below the top and its rate is calibrated; a free change, no refit), "
+                "knowing that sparser surges will not page")
+    else:
+        need = max(model.rate_accuracy(c).rows_needed for c in levels[:1])
+        share = getattr(model, "calibration_share_", 0.25) or 0.25
+        todo = (f"fit on at least about {need / share:,.0f} reference rows ({need:,.0f} held apart at "
+                f"model.calibration_share {share:g}; this file has {n_rows:,})")
+    print(f"error: the model is written, but the alarm cannot use it as configured: {why}. To fix it, {todo}; "
+          "`monitor budget --anomalies FILE` then says what surge of your anomalies pages", file=sys.stderr)
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from monitor.config import load_config
     from monitor.model.estimator import GridKNN
@@ -210,6 +252,7 @@ def run_fit(args: argparse.Namespace) -> int:
         rates.append(("alarm.contamination", alarm_c))
     _report_calibration(model, rates)
     _report_sight(model, cfg, X.shape[0])
+    _check_alarm_levels(model, cfg, X.shape[0])
     fits_left = int(left // ms.epsilon + 1e-9) if ms.epsilon > 0 else 0
     print(f"reference budget: spent {spent:.4g} of {cfg.budget.reference_epsilon:.4g} "
           f"(budget.reference_epsilon), {left:.4g} left: {fits_left} more fit(s) at model.epsilon={ms.epsilon:g}; "
