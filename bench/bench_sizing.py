@@ -66,7 +66,7 @@ def main() -> None:
         quiet = RowTraffic(T, A, bounds, people=args.people, days=1, window_seconds=size, seed=args.seed * 7)
         _, _, record = replay(config, cached, quiet, [], args.seed * 101)
         vis = visibility_report(config, record, model=model, anomalies=(A, None, name))
-        share = vis["at"][0]["smallest_surge_share"]
+        share = vis.get("smallest_surge_share", vis["at"][0]["smallest_surge_share"])  # the share it states
         sight = vis["sight"]
         found = [name, f"{100 * sight['full_share']:.0f} %", f"{sight['mean_weight']:.2f}", f"{100 * share:.2g} %"]
         for k, at in enumerate((share, share / 2)):
