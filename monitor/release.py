@@ -321,7 +321,11 @@ class WindowReleaser:
                 # windows (its own charge ends here), and a new run opens around the new rate.
                 self.ledger.end_charge(self._run_charge_id, window.start)
                 self.alarm.close_run()
-            if (self.alarm.run is not None and not self.alarm.holding and not self._run_can_page(window)
+            # Whether the open run could pay a page: asked once a window (a ledger scan), again only
+            # where another run opens below.
+            run_before = self.alarm.run
+            pays = run_before is not None and self._run_can_page(window)
+            if (run_before is not None and not self.alarm.holding and not pays
                     and self._run_reach(window, self._with_page((a.epsilon_threshold, 0.0))) is not None):
                 # The open run's charge reaches back into periods that pages have spent, and it could
                 # never page again; a run opening now is charged from later on and can.
@@ -342,7 +346,7 @@ class WindowReleaser:
                     charges.append(self._run_charge("alarm_run", cost[0]))
             # The filter: ask only if a page could be paid over the whole run (a page's
             # noise shift covers every window the run answers, earlier ones included).
-            can_page = self.alarm.run is not None and self._run_can_page(window)
+            can_page = self.alarm.run is not None and (pays if self.alarm.run == run_before else self._run_can_page(window))
             comparison = None
             load = profile_load(est, window.start)
             if self.reference is not None and est is not None and problem is None and self.alarm.run is not None:
