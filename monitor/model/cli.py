@@ -208,7 +208,7 @@ def _check_alarm_levels(model, cfg, n_rows: int) -> None:
                 "this model: its level then lies below the top and its rate is calibrated; a free change, no refit), "
                 "knowing that sparser surges will not page")
     else:
-        need = max(model.rate_accuracy(c).rows_needed for c in levels[:1])
+        need = model.rate_accuracy(a.contamination).rows_needed
         share = getattr(model, "calibration_share_", 0.25) or 0.25
         todo = (f"fit on at least about {need / share:,.0f} reference rows ({need:,.0f} held apart at "
                 f"model.calibration_share {share:g}; this file has {n_rows:,})")
