@@ -134,6 +134,17 @@ def start_service(service) -> threading.Thread:
     return thread
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    """SIGTERM a process still running and wait for it, killing it after ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def finish_service(thread: threading.Thread, timeout: float = 30.0) -> None:
     """Wait for a ``start_service`` thread to end; re-raise what the service raised."""
     thread.join(timeout)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.streamkit import REPO, wait_for, write_config, write_model
+from tests.streamkit import REPO, stop_process as stop, wait_for, write_config, write_model
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
 
@@ -57,16 +57,6 @@ def start_monitor(workdir: Path, log: Path) -> subprocess.Popen:
     wait_for(lambda: "caught up" in log.read_text() or proc.poll() is not None, 60, "the monitor to start")
     assert proc.poll() is None, log.read_text()[-3000:]
     return proc
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def claim_of(workdir: Path) -> dict:

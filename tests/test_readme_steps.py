@@ -11,7 +11,6 @@ import math
 import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.streamkit import REPO, wait_for
+from tests.streamkit import REPO, stop_process, wait_for
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
 REFERENCE = REPO / "monitor" / "data" / "reference-vitals.csv"
@@ -163,13 +162,8 @@ def test_the_five_steps_with_the_producer_first_page_in_the_surges_first_window_
         timings["alerts read"] = time.monotonic() - t0
     finally:
         producer.stop()
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_process(proc)
     text = log.read_text()
     assert proc.returncode == 0 and "Traceback" not in text, text[-4000:]
     assert producer.surged > 0
