@@ -20,7 +20,11 @@ Compared on the same windows:
   page per 30 days (from 300 simulated quiet days of the same traffic);
 - ``exact, best level``: the same at the single flag level (of 0.1 % to 20 % of normal
   events) that pages most, chosen in hindsight per data set; ``one level`` chooses one
-  level for every data set.
+  level for every data set;
+- ``exact kNN scores``: the exact detector again, its events flagged by EXACT kNN (distance to
+  the 5th nearest reference row, min-max scaled with the same public bounds) instead of the
+  private model: the limit a private monitor is measured against, where the two above share
+  the private model's ranking.
 Quiet days (no surge) count false pages. ``--kinds`` adds the simulated anomaly kinds
 (``monitor.data.anomalies``) on the same real traffic.
 
@@ -93,7 +97,23 @@ def fit_model(config: MonitorConfig, R: np.ndarray, seed: int) -> GridKNN:
     ms = config.model  # as `monitor fit` builds it (monitor/model/cli.py)
     return GridKNN(bins=ms.bins, k=ms.k, epsilon=ms.epsilon, bounds=config.bounds, max_depth=ms.max_depth,
                    weighted=ms.weighted, contamination=ms.contamination, threshold=ms.threshold,
-                   random_state=seed, feature_names=config.feature_names).fit(R)
+                   random_state=seed, feature_names=config.feature_names, calibration_share=ms.calibration_share,
+                   layout_rule=ms.layout_rule).fit(R)
+
+
+class ExactKNN:
+    """Exact kNN's score: the distance to the ``k``-th nearest reference row, every feature min-max
+    scaled with the public bounds (``bench_model_tail.exact_knn``). Not private: the limit."""
+
+    def __init__(self, R: np.ndarray, bounds: np.ndarray, k: int = 5) -> None:
+        from scipy.spatial import cKDTree
+
+        self._lo, self._span, self._k = bounds[:, 0], bounds[:, 1] - bounds[:, 0], k
+        self._tree = cKDTree((R - self._lo) / self._span)
+
+    def score_samples(self, X) -> np.ndarray:
+        u = np.clip((np.asarray(X, dtype=np.float64) - self._lo) / self._span, 0.0, 1.0)
+        return self._tree.query(u, k=self._k)[0][:, self._k - 1]
 
 
 class CachedScores:
@@ -194,14 +214,15 @@ def chances_by_window(chances: list, windows: int) -> np.ndarray:
 
 
 def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surges, seed: int,
-               levels: np.ndarray, kappa: float | None = None) -> dict:
+               levels: np.ndarray, kappa: float | None = None, exact: "tuple[CachedScores, np.ndarray] | None" = None) -> dict:
     """One day through WindowReleaser; per window the state, the events and the exact flagged count at each level.
-    ``kappa`` (a diagnostic, not private) replaces the threshold's kappa from the model's calibration."""
+    ``kappa`` (a diagnostic, not private) replaces the threshold's kappa from the model's calibration; ``exact``
+    (exact kNN's scores and levels) adds each window's count above those levels (``F_knn``)."""
     window = [0]
     with fresh_releaser(config, model, seed) as (releaser, accountant), page_chances(window) as chances:
         if kappa is not None:
             releaser.alarm.kappa = kappa
-        states, n, F, thresholds, epsilons = [], [], [], [], []
+        states, n, F, F_knn, thresholds, epsilons = [], [], [], [], [], []
         for i, X, scores, rec in released_windows(releaser, model, traffic, surges):
             window[0] = i + 1  # the next window's queries
             states.append(rec["alarm_detail"]["state"])
@@ -209,8 +230,10 @@ def replay_day(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, 
             epsilons.append(rec["epsilon"])
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
+            if exact is not None:
+                F_knn.append((exact[0].score_samples(X)[:, None] > exact[1][None, :]).sum(axis=0))
         day_spent = accountant.spent(traffic.n_windows * config.window.size_seconds)[0]
-    return {"states": states, "n": np.array(n), "F": np.array(F), "spent": day_spent, "thresholds": thresholds,
+    return {"states": states, "n": np.array(n), "F": np.array(F), "F_knn": np.array(F_knn), "spent": day_spent, "thresholds": thresholds,
             "alarm_threshold": releaser.level_hi, "chance_at": chances_by_window(chances, len(states))}
 
 
@@ -246,6 +269,10 @@ def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int
             kind: str = "rows", traffic_kappa: bool = False) -> dict:
     config, model, cached, T, A, bounds, normal_scores, levels, flagged_share = fit_set(base, name, seed)
     p = (normal_scores[:, None] > levels[None, :]).mean(axis=0)  # the EXACT normal rate at each level
+    knn = CachedScores(ExactKNN(load_set(name, seed)[0], bounds), [T, A])  # the same reference rows
+    knn_normal = knn.score_samples(T)
+    knn_levels = np.quantile(knn_normal, 1.0 - np.array(LEVELS))
+    p_knn = (knn_normal[:, None] > knn_levels[None, :]).mean(axis=0)
     kappa = None
     if traffic_kappa:  # the diagnostic: the traffic's own E[w^2] / E[w] (an oracle, not private)
         from monitor.alarm.calibrate import alarm_levels, graded_weights
@@ -259,7 +286,8 @@ def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int
         traffic = RowTraffic(T, A, bounds, people=people, days=1, window_seconds=size, seed=seed * 7 + (label == "quiet"))
         surges = plan_surges(1, per_day, wpd, share, rng=seed * 13 + 1, kinds=(kind,), first=warm + 1) if per_day else []
         t0 = time.perf_counter()
-        res = replay_day(config, cached, traffic, surges, seed * 101 + (label == "quiet"), levels, kappa)
+        res = replay_day(config, cached, traffic, surges, seed * 101 + (label == "quiet"), levels, kappa,
+                         (knn, knn_levels) if per_day else None)
         res["seconds"] = time.perf_counter() - t0
         res["surges"] = [s.start for s in surges]
         days[label] = res
@@ -269,9 +297,13 @@ def run_one(base: MonitorConfig, name: str, people: int, share: float, seed: int
     starts = np.array(day["surges"], dtype=int)
     stat = day["F"][starts] - p[None, :] * day["n"][starts, None]
     exact_first = (stat >= C[None, :]).sum(axis=0)  # per level
+    C_knn = exact_constants(day["n"], p_knn, rng)
+    stat_knn = day["F_knn"][starts] - p_knn[None, :] * day["n"][starts, None]
+    exact_knn_first = (stat_knn >= C_knn[None, :]).sum(axis=0)
     private_first = sum(day["states"][s] == "fired" for s in starts)
     out = {"set": name, "kind": kind, "people": people, "share": share, "seed": seed, "surges": int(starts.size),
            "private_first": int(private_first), "exact_first": exact_first.tolist(),
+           "exact_knn_first": exact_knn_first.tolist(),
            # Each surge's chance of paging in its first window (``page_chances``): less spread than the pages drawn.
            "private_first_expected": float(day["chance_at"][starts].sum()),
            "flagged_share": flagged_share, "seconds": [d["seconds"] for d in days.values()],
@@ -367,10 +399,12 @@ def sweep_levels(base: MonitorConfig, sets: list[str], kinds: list[str], seeds: 
 
 def summarise(results: list[dict], contamination: float) -> str:
     j_same = LEVELS.index(contamination) if contamination in LEVELS else int(np.argmin(np.abs(np.array(LEVELS) - contamination)))
+    with_knn = all("exact_knn_first" in r for r in results)
+    knn_head = "exact kNN scores, best one level | private / exact kNN scores | " if with_knn else ""
     lines = ["| scale | kinds | surges | private, paged in window 1 | exact, same level | exact, best one level | "
-             "exact, best level per set | private / best one level | private / best per set | false pages (quiet days) | "
-             "epsilon of a day without a page (max) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "exact, best level per set | private / best one level | private / best per set | " + knn_head
+             + "false pages (quiet days) | epsilon of a day without a page (max) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if with_knn else "")]
     kinds_all = sorted({r["kind"] for r in results})
     groups = [("rows", ["rows"])] if "rows" in kinds_all else []
     synthetic = [k for k in kinds_all if k != "rows"]
@@ -388,6 +422,10 @@ def summarise(results: list[dict], contamination: float) -> str:
                 by_set[key] = by_set.get(key, 0) + np.array(r["exact_first"])
             best_each = int(sum(v.max() for v in by_set.values()))
             best_one = int(max(sum(by_set.values())))
+            knn_cells = ""
+            if with_knn:
+                knn_one = int(max(sum(np.array(r["exact_knn_first"]) for r in rs)))
+                knn_cells = f"{knn_one} | {priv / max(knn_one, 1):.2f} | "
             quiet = [r for r in rs if "false_pages" in r]
             fp = sum(r["false_pages"] for r in quiet)
             qe = max((r["quiet_day_epsilon"] for r in quiet if r["false_pages"] == 0), default=float("nan"))
@@ -397,17 +435,19 @@ def summarise(results: list[dict], contamination: float) -> str:
             quiet_expected = (f" ({sum(r['expected_false_pages'] for r in quiet):.2f} expected)"
                               if all("expected_false_pages" in r for r in quiet) else "")
             lines.append(f"| {people:,} people, {share:.0%} surges | {label} | {surges} | {priv}{expected} | {same} | {best_one} | "
-                         f"{best_each} | {priv / max(best_one, 1):.2f} | {priv / max(best_each, 1):.2f} | "
+                         f"{best_each} | {priv / max(best_one, 1):.2f} | {priv / max(best_each, 1):.2f} | {knn_cells}"
                          f"{fp} in {len(quiet)} days{quiet_expected} | {qe:.2f} |")
     lines += ["", "Per data set (both scales, all seeds): the real flagged share of normal traffic at alarm.contamination "
               f"({contamination:g}) over the configured rate, and first-window pages, private / exact at the set's best level:", "",
-              "| data set | kind | flagged share / configured | private | exact, best level | best level |", "|---|---|---|---|---|---|"]
+              "| data set | kind | flagged share / configured | private | exact, best level | best level |"
+              + (" exact kNN scores, best level |" if with_knn else ""), "|---|---|---|---|---|---|" + ("---|" if with_knn else "")]
     for key in sorted({(r["set"], r["kind"]) for r in results}):
         rs = [r for r in results if (r["set"], r["kind"]) == key]
         ex = sum(np.array(r["exact_first"]) for r in rs)
         fs = [r["flagged_share"] / contamination for r in rs]
         lines.append(f"| {key[0]} | {key[1]} | {min(fs):.2f} to {max(fs):.2f} | {sum(r['private_first'] for r in rs)} | "
-                     f"{int(ex.max())} | {LEVELS[int(np.argmax(ex))]:g} |")
+                     f"{int(ex.max())} | {LEVELS[int(np.argmax(ex))]:g} |"
+                     + (f" {int(sum(np.array(r['exact_knn_first']) for r in rs).max())} |" if with_knn else ""))
     return "\n".join(lines)
 
 
@@ -463,6 +503,7 @@ def main() -> None:
                     print(f"{people:>6} {share:.2f} {name:16s} {kind:16s} seed {seed}: private {r['private_first']}/{r['surges']} "
                           f"({r['private_first_expected']:.2f} expected), "
                           f"exact same {r['exact_first'][LEVELS.index(0.01)]}, best {max(r['exact_first'])}, "
+                          f"exact kNN best {max(r['exact_knn_first'])}, "
                           f"false {r.get('false_pages')}, flagged share {r['flagged_share']:.4f}, quiet eps "
                           f"{r.get('quiet_day_epsilon', float('nan')):.2f}, T {r.get('quiet_threshold')}, "
                           f"{sum(r['seconds']):.0f} s", flush=True)

@@ -202,3 +202,23 @@ def test_many_features_get_more_joint_grids_only_beside_every_one_feature_grid()
     for d, n in ((32, 900), (21, 745), (16, 750)):
         assert default_layout(d, 0.95, n).groups == default_layout(d, 0.95, n, rule="v4").groups
     assert default_layout(11, 0.95, 10**6).groups == default_layout(11, 0.95, 10**6, rule="v4").groups
+
+
+def test_monitor_fit_takes_the_layout_rule_from_the_config(tmp_path, capsys):
+    from monitor.cli import main
+    from monitor.config import ConfigError, parse_config
+
+    X = np.clip(np.random.default_rng(3).normal(50, 10, (4000, 3)), 0, 100)
+    with open(tmp_path / "ref.csv", "w") as fh:
+        fh.write("a,b,c\n" + "\n".join(",".join(f"{v:.3f}" for v in row) for row in X) + "\n")
+    features = "features:\n" + "".join(f"  - {{name: {n}, min: 0, max: 100}}\n" for n in "abc")
+    for rule, bins in (("tail", None), ("v4", (3, 32, 32, 32))):
+        cfg = tmp_path / f"{rule}.yaml"
+        cfg.write_text(features + f"model: {{layout_rule: {rule}}}\nbudget: {{reference_ledger: {tmp_path / rule}.sqlite}}\n")
+        out = tmp_path / f"{rule}.json"
+        assert main(["fit", "--config", str(cfg), "--reference", str(tmp_path / "ref.csv"), "--out", str(out), "--seed", "1"]) == 0
+        m = GridKNN.load(out)
+        assert m.layout_rule == rule
+        assert (len(m.grids_) == 1) if bins is None else (m.grid_bins_ == bins)
+    with pytest.raises(ConfigError, match=r"model\.layout_rule"):
+        parse_config({"features": [{"name": n, "min": 0, "max": 100} for n in "abc"], "model": {"layout_rule": "quadtree"}})

@@ -232,7 +232,7 @@ def run_fit(args: argparse.Namespace) -> int:
     model = GridKNN(bins=ms.bins, k=ms.k, epsilon=ms.epsilon, bounds=cfg.bounds, max_depth=ms.max_depth,
                     weighted=ms.weighted, contamination=ms.contamination, threshold=ms.threshold,
                     random_state=args.seed, feature_names=cfg.feature_names,
-                    calibration_share=ms.calibration_share)
+                    calibration_share=ms.calibration_share, layout_rule=ms.layout_rule)
     # Charged before the noisy cells exist: a refused charge releases nothing.
     spent, left = _charge_reference_ledger(cfg, ms.epsilon, Path(args.reference))
     model.fit(X)
