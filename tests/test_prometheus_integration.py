@@ -90,6 +90,34 @@ class Stack:
     n_grids: int
 
 
+def write_prometheus_config(folder: Path, ports: dict[str, int]) -> None:
+    """deploy/'s scrape jobs named in ``ports`` (job -> our port) and its rules, at test speed, no Alertmanager
+    (rule states are read from the API), written to ``folder``/prometheus.yml."""
+    cfg = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    cfg["rule_files"] = [str(docs.RULES)]
+    cfg.pop("alerting")
+    cfg["scrape_configs"] = [j for j in cfg["scrape_configs"] if j["job_name"] in ports]
+    for job in cfg["scrape_configs"]:
+        job["static_configs"] = [{"targets": [f"127.0.0.1:{ports[job['job_name']]}"]}]
+    (folder / "prometheus.yml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+
+
+def spawner(folder: Path, procs: list):
+    """spawn(name, *args): a process in ``folder``, its stderr in ``folder``/name.log (a file, not a pipe: a
+    chatty process must never block on a full pipe), appended to ``procs`` for the teardown."""
+
+    def spawn(name: str, *args: str) -> subprocess.Popen:
+        log = open(folder / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=folder)
+        proc.log_path = folder / f"{name}.log"
+        log.close()  # the child holds its own descriptor
+        procs.append(proc)
+        return proc
+
+    return spawn
+
+
 def _wait(predicate, timeout: float, what: str, procs=()):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -215,25 +243,9 @@ def stack(kafka_bootstrap, tmp_path_factory):
     parsed = parse_config(config)
 
     # Prometheus: deploy/'s two scrape jobs and its rules, at test speed, pointed at our monitor.
-    prom_cfg = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
-    prom_cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    prom_cfg["rule_files"] = [str(docs.RULES)]
-    prom_cfg.pop("alerting")  # no Alertmanager here; rule states are read from the API
-    targets = {PRIVATE_JOB: metrics_port, OPERATIONAL_JOB: ops_port}
-    for job in prom_cfg["scrape_configs"]:
-        job["static_configs"] = [{"targets": [f"127.0.0.1:{targets[job['job_name']]}"]}]
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg), encoding="utf-8")
-
+    write_prometheus_config(tmp, {PRIVATE_JOB: metrics_port, OPERATIONAL_JOB: ops_port})
     procs: list[subprocess.Popen] = []
-
-    def spawn(name: str, *args: str) -> subprocess.Popen:
-        # stderr to a file, not a pipe: a chatty process must never block on a full pipe
-        log = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=tmp)
-        p.log_path = tmp / f"{name}.log"
-        log.close()  # the child holds its own descriptor
-        procs.append(p)
-        return p
+    spawn = spawner(tmp, procs)
 
     producer = None
     try:
@@ -373,22 +385,9 @@ def test_the_intake_rule_fires_within_two_windows_of_traffic_that_stops(kafka_bo
                           str(REPO / "monitor" / "data" / "reference-vitals.csv"), "--seed", "1"],
                          capture_output=True, text=True, timeout=120)
     assert fit.returncode == 0, fit.stderr
-    prom_cfg = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
-    prom_cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    prom_cfg["rule_files"] = [str(docs.RULES)]
-    prom_cfg.pop("alerting")
-    prom_cfg["scrape_configs"] = [j for j in prom_cfg["scrape_configs"] if j["job_name"] == OPERATIONAL_JOB]
-    prom_cfg["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{ops_port}"]}]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg), encoding="utf-8")
+    write_prometheus_config(tmp_path, {OPERATIONAL_JOB: ops_port})
     procs: list[subprocess.Popen] = []
-
-    def spawn(name: str, *args: str) -> subprocess.Popen:
-        log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, cwd=tmp_path)
-        proc.log_path = tmp_path / f"{name}.log"
-        log.close()
-        procs.append(proc)
-        return proc
+    spawn = spawner(tmp_path, procs)
 
     prom_url = f"http://127.0.0.1:{prom_port}"
 
