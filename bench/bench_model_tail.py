@@ -4,6 +4,7 @@ docs/benchmarks/model.md.
 
     python bench/bench_model_tail.py --jobs 2                  # 3 seeds, sizes 1,000 / 3,000 / 20,000
     python bench/bench_model_tail.py --seeds 1 --sizes 3000 --no-write --variants default tail
+    python bench/bench_model_tail.py --oracle --seeds 3          # where the tail's information lies
 
 Protocol, per shared set and seed s (rng = default_rng(s)):
 - reference: min(size, 60 % of the inliers) inliers drawn at random (a size is run on a set
@@ -167,6 +168,64 @@ def one(args) -> list[dict]:
     return rows
 
 
+def oracle_one(args) -> dict:
+    """Where a set's tail information lies (``--oracle``): exact kNN's TPR at 1 % and 5 %, and that of ONE
+    count per event, the reference rows within radius f x r_c of it (r_c: exact kNN's 5th-neighbour distance
+    at the rate's threshold) plus Laplace noise of scale 1 / epsilon: what a single epsilon-DP count query
+    about that event's neighbourhood would give, alone. A summary that answers every event's query at once
+    (a model) cannot do better than each query asked alone; at f > 1 the count stands for a summary that
+    knows positions only to within (f - 1) r_c (a grid's cell)."""
+    name, size, seed = args
+    from scipy.spatial import cKDTree
+
+    X, y = load(name)
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    rng = np.random.default_rng(seed)
+    inl, out = np.flatnonzero(y == 0), np.flatnonzero(y == 1)
+    perm = rng.permutation(inl)
+    n_ref = min(size, int(REF_SHARE * inl.size))
+    R, I, O = ((X[ix] - lo) / span for ix in (perm[:n_ref], perm[n_ref:n_ref + N_THRESHOLD], out))
+    tree = cKDTree(R)
+    k_in, k_out = tree.query(I, k=5)[0][:, 4], tree.query(O, k=5)[0][:, 4]
+    noise = np.random.default_rng(1000 * seed + 7)
+    row = {"set": name, "d": X.shape[1], "n_ref": n_ref, "size": size, "exact": tprs(k_in, k_out)[:2], "count": {}}
+    for c in RATES[:2]:
+        r = float(np.quantile(k_in, 1 - c))
+        for f in ORACLE_RADII:
+            s_in, s_out = (-(tree.query_ball_point(Z, f * r, return_length=True) + noise.laplace(0, 1 / EPSILON, len(Z)))
+                           for Z in (I, O))
+            row["count"][f"{c}/{f}"] = float((s_out > np.quantile(s_in, 1 - c)).mean())
+    return row
+
+
+ORACLE_RADII = (1.0, 1.5, 2.0)
+ORACLE_CASES = (("sim_skin3", 20000), ("sim_skin3", 3000), ("20_letter", 3000), ("37_Stamps", 3000),
+                ("28_pendigits", 3000), ("32_shuttle[:3]", 20000))
+
+
+def oracle_section(seeds: int, jobs: int) -> str:
+    work = [(n, s, seed) for n, s in ORACLE_CASES for seed in range(seeds)]
+    if jobs > 1:
+        from multiprocessing import Pool
+
+        with Pool(jobs) as pool:
+            rows = pool.map(oracle_one, work, chunksize=1)
+    else:
+        rows = [oracle_one(w) for w in work]
+    lines = ["| set | d | ref rows | exact kNN TPR 1 / 5 % | one noisy count at r, 1.5 r, 2 r: 1 % | 5 % |", "|---|---|---|---|---|---|"]
+    for name, size in ORACLE_CASES:
+        rs = [r for r in rows if (r["set"], r["size"]) == (name, size)]
+        ex = np.mean([r["exact"] for r in rs], axis=0)
+        cells = [" / ".join(f"{np.mean([r['count'][f'{c}/{f}'] for r in rs]):.2f}" for f in ORACLE_RADII) for c in RATES[:2]]
+        lines.append(f"| {name} | {rs[0]['d']} | {rs[0]['n_ref']:,} | {ex[0]:.2f} / {ex[1]:.2f} | {cells[0]} | {cells[1]} |")
+    return ("### Where the tail's information lies: one noisy count per event (2026-12)\n\n"
+            f"Reproduce: `python bench/bench_model_tail.py --oracle --seeds {seeds}` (`oracle_one`'s docstring). Per event, "
+            "the number of reference rows within f times exact kNN's radius at the rate (r), plus Laplace noise of one "
+            "epsilon-1 query, ranked like a score; the same reference and unseen rows as above, mean over "
+            f"{seeds} seeds.\n\n" + "\n".join(lines) + "\n")
+
+
 def work_list(sets, sizes, seeds) -> list[tuple[str, int, int]]:
     out = []
     for name in sets:
@@ -249,7 +308,17 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", nargs="+", default=None, help="model variants (default: all)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--oracle", action="store_true", help="one noisy count per event instead (oracle_one)")
     a = ap.parse_args(argv)
+    if a.oracle:
+        md = oracle_section(a.seeds, a.jobs)
+        print(md)
+        if not a.no_write:
+            sys.path.insert(0, str(REPO / "bench"))
+            from report import write_section
+
+            write_section("model-tail-oracle", md)
+        return 0
     names = a.variants or list(variants())
     work = [(n, s, seed, names) for n, s, seed in work_list(a.sets or datasets(), a.sizes, range(a.seeds))]
     t0 = time.perf_counter()

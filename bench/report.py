@@ -26,6 +26,7 @@ PAGES: dict[str, str] = {
     "model-ceiling": "model.md",
     "model-projections": "model.md",
     "model-tail": "model.md",
+    "model-tail-oracle": "model.md",
     "calibration": "calibration.md",
     "budget": "budget.md",
     "budget-reach": "budget.md",
