@@ -217,3 +217,41 @@ def test_sigkill_any_process_of_a_two_stage_deployment(tmp_path, fresh_broker):
     assert stats["windows"] == len(starts)
     print(f"\nsplit crash: SIGKILLed {killed}; {len(starts)} windows, {counted} events counted once, "
           f"{stats['republished']} alerts republished")
+
+
+def test_a_downtime_longer_than_the_grace_keeps_the_missed_windows_events(tmp_path, fresh_broker):
+    """SIGKILL, then down for several windows while events keep arriving: the missed windows
+    are released from the backlog after the restart (``window.max_catch_up_windows``), each
+    with its events, which the input topic still holds; none is dropped as late."""
+    require_service()
+    bootstrap = fresh_broker.bootstrap_servers
+    prefix = "downtime"
+    grace = 1.0
+    model = write_model(tmp_path / "model.json", seed=SEED)
+    config = write_config(tmp_path, bootstrap=bootstrap, model_path=model, prefix=prefix, window_seconds=WINDOW,
+                          lateness_seconds=0.5, grace_seconds=grace)
+    create_topic(bootstrap, f"{prefix}.events", partitions=3)
+    audit = tmp_path / "audit.jsonl"
+    service = ServiceProcess(config, bootstrap, audit, seed=SEED, logs=tmp_path / "logs")
+    pacer = EventPacer(bootstrap, f"{prefix}.events", rate=RATE, seed=SEED)
+    try:
+        service.start()
+        wait_for(lambda: audit_line_count(audit) >= 1, 90, "the first window release", on_timeout=service.log_tail)
+        pacer.start()
+        before = audit_line_count(audit)
+        wait_for(lambda: audit_line_count(audit) >= before + 2, 60, "releases before the kill", on_timeout=service.log_tail)
+        service.kill()
+        time.sleep(6 * WINDOW + 2 * grace)  # well past every missed window's lateness and grace
+        service.start()
+        wait_for(lambda: audit_line_count(audit) >= before + 12, 90, "the backlog's releases", on_timeout=service.log_tail)
+        pacer.pause()
+        last_ts = pacer.last_ts
+        wait_for(lambda: any(float(w["window_end"]) > last_ts for w in read_audit(audit)), 60,
+                 "the window of the last event", interval=0.1, on_timeout=service.log_tail)
+        assert service.terminate() == 0, service.log_tail()
+    finally:
+        service.cleanup()
+        pacer.stop()
+    windows = audit_windows(read_audit(audit))
+    assert check_events_counted_once(windows, set(pacer.ids), WINDOW) == len(pacer.ids)
+    check_ledger_schedule(ledger_rows(tmp_path / "ledger.sqlite"), WINDOW, window_cost(config))

@@ -29,8 +29,9 @@ malformed message costs a few more batch decodes of the messages around it (spli
 never a per-message pass over everyone else's.
 
 A partition this process takes over (from a dead or departed member) is read from its
-committed offset with windows from ``now - lateness - grace`` on: every window stage 2
-may still wait for is rebuilt, and the windows already shipped are sent again as
+committed offset with windows from the next one its own stage 2 releases on (after a
+downtime, the backlog), or, with stage 2 elsewhere, from ``now - lateness - grace`` on:
+every window stage 2 may still wait for is rebuilt, and the windows already shipped are sent again as
 attempts stage 2 ignores. A ``start`` marker tells stage 2 so: a cut the previous owner
 sent for an older window will not be followed by a shard. Windows that closed before the
 takeover are cut at the highwater the new owner first sees.
@@ -160,11 +161,11 @@ class Stage1:
 
     def _on_assigned(self, assigned) -> None:
         deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-        # Windows stage 2 may still wait for: a taken-over partition rebuilds them all.
-        fresh_start = time.time() - self.lateness - self.grace
-        first_window = getattr(self.service, "first_window_start", None)  # None without a stage 2 here
-        if first_window is not None:  # nothing before this process's stage 2 begins
-            fresh_start = max(fresh_start, first_window)
+        # Windows stage 2 may still wait for: a taken-over partition rebuilds them all. A stage 2 in
+        # this process waits for every window from its next one on, however long ago it closed (the
+        # backlog after a downtime, window.max_catch_up_windows); one elsewhere, for those within the grace.
+        stage2 = getattr(self.service, "stage2", None)
+        fresh_start = stage2.next * self.size if stage2 is not None else time.time() - self.lateness - self.grace
         for tp in assigned:
             self._catching_up[tp] = deadline
             self._targets.pop(tp, None)
