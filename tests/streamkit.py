@@ -641,6 +641,19 @@ def audit_line_count(path: Path) -> int:
         return 0
 
 
+
+def start_with_traffic(service, pacer, audit: Path, releases: int) -> int:
+    """Start ``service``, then ``pacer`` from its first release on (a fresh service schedules
+    windows from its start: earlier events would be late), and wait for ``releases`` more
+    releases. Returns the audit's line count when the pacer started."""
+    service.start()
+    wait_for(lambda: audit_line_count(audit) >= 1, 90, "the first window release", on_timeout=service.log_tail)
+    pacer.start()
+    before = audit_line_count(audit)
+    wait_for(lambda: audit_line_count(audit) >= before + releases, 60, f"{releases} releases",
+             on_timeout=service.log_tail)
+    return before
+
 def file_stamp(path: Path) -> tuple[int, int]:
     """(size, mtime_ns): changes when the file is written (e.g. a SQLite WAL at commit)."""
     try:

@@ -26,7 +26,6 @@ from streamkit import (
     EventPacer,
     S3Server,
     ServiceProcess,
-    audit_line_count,
     audit_windows,
     check_alerts_match_ledger,
     check_events_counted_once,
@@ -36,6 +35,7 @@ from streamkit import (
     read_audit,
     read_topic,
     require_service,
+    start_with_traffic,
     warm_partitions,
     wait_for,
     window_cost,
@@ -81,11 +81,7 @@ def _run(tmp_path, broker: EmbeddedBroker, cleanup: contextlib.ExitStack) -> Non
     def window_of_last_event_released() -> bool:
         return any(float(w["window_end"]) > pacer.last_ts for w in read_audit(audit))
 
-    service.start()
-    wait_for(lambda: audit_line_count(audit) >= 1, 90, "the first window release", on_timeout=service.log_tail)
-    pacer.start()
-    before = audit_line_count(audit)
-    wait_for(lambda: audit_line_count(audit) >= before + 4, 60, "4 releases", on_timeout=service.log_tail)
+    start_with_traffic(service, pacer, audit, releases=4)
 
     # Quiesce the input so no event is in flight to a broker that vanishes, then kill it.
     pacer.pause()

@@ -42,6 +42,7 @@ from streamkit import (
     read_audit,
     read_topic,
     require_service,
+    start_with_traffic,
     stop_processes,
     wait_for,
     window_cost,
@@ -235,11 +236,7 @@ def test_a_downtime_longer_than_the_grace_keeps_the_missed_windows_events(tmp_pa
     service = ServiceProcess(config, bootstrap, audit, seed=SEED, logs=tmp_path / "logs")
     pacer = EventPacer(bootstrap, f"{prefix}.events", rate=RATE, seed=SEED)
     try:
-        service.start()
-        wait_for(lambda: audit_line_count(audit) >= 1, 90, "the first window release", on_timeout=service.log_tail)
-        pacer.start()
-        before = audit_line_count(audit)
-        wait_for(lambda: audit_line_count(audit) >= before + 2, 60, "releases before the kill", on_timeout=service.log_tail)
+        before = start_with_traffic(service, pacer, audit, releases=2)
         service.kill()
         time.sleep(6 * WINDOW + 2 * grace)  # well past every missed window's lateness and grace
         service.start()
