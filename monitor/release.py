@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from monitor.alarm import RESOLUTION, AlarmAnswer, BaselineEstimate, BaselineTracker, Comparison, SurgeAlarm
-from monitor.alarm.reference import DAYS_CHANGE_DAYS, days_alike, reference_for
+from monitor.alarm.reference import WEEK_DAYS, reference_for, today_alike
 from monitor.alarm.baseline import profile_level, profile_load, profile_spread, profile_straight
 from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_graded, level_ladder, normal_weight_moments,
                                      rung_levels, rung_units)
@@ -99,7 +99,7 @@ class WindowReleaser:
         self.level_lo, self.level_hi = self.rungs[0][0]  # the configured pair's
         # The rhythm reference: each window against the same people's recent and day-ago windows.
         self.reference = reference_for(a, config.window.size_seconds)
-        # The daily baselines' released rates, (levels, rate), for ``reference.days_alike`` (``_note_day_rate``).
+        # The daily baselines' released rates, (levels, day, rate), for ``reference.days_alike`` (``_note_day_rate``).
         self._day_rates: list[tuple] = []
         self._last_full = False
         self.alarm = SurgeAlarm(a.epsilon_threshold, a.epsilon_page, a.threshold, a.z or 0.0, a.hold_windows,
@@ -153,6 +153,7 @@ class WindowReleaser:
                 report = json.loads(entry.payload).get("report") if entry.payload else None
                 if report and report.get("reason") == "schedule" and report.get("where"):
                     self.report_history.add(entry.window_end, report)
+        self._resume_day_rates(last.window_end)
         for entry in reversed(self.ledger.entries(since=last.window_end - self.config.alarm.baseline_refresh_seconds * 2)):
             if entry.payload is None:
                 continue
@@ -167,6 +168,19 @@ class WindowReleaser:
                 self.baseline.resume(est)
                 self._use_rung(self.baseline.rung)
                 return
+
+    def _resume_day_rates(self, last_end: float) -> None:
+        """Note again the daily rates the baselines released in the last week (public, from the
+        ledger's records), so a restart keeps the week's comparison (``_note_day_rate``)."""
+        if self.reference is None or self.reference.period is None:
+            return
+        day_seconds = self.reference.period * self.reference.window_seconds
+        noted: set = set()
+        for entry in self.ledger.entries(since=last_end - (WEEK_DAYS + 1) * day_seconds):
+            base = json.loads(entry.payload).get("baseline_in_use") if entry.payload else None
+            if base and base.get("span_end") not in noted:  # each release is in use for many windows
+                noted.add(base.get("span_end"))
+                self._note_day_rate(BaselineEstimate.from_dict(base))
 
     def rebuild(self, windows: "Iterable[ClosedWindow]") -> int:
         """Learn the rhythm reference's history from windows already released before a restart (their
@@ -431,9 +445,9 @@ class WindowReleaser:
             self.baseline.refit(reason)
 
     def _note_day_rate(self, est: "BaselineEstimate | None") -> None:
-        """Keep a released daily baseline's rate (public) and tell the reference whether the last
-        days' rates were alike (``reference.days_alike``): the last DAYS_CHANGE_DAYS days at the same
-        levels, a warm-up's short span left out."""
+        """Keep a released daily baseline's rate (public) and tell the reference whether the days it
+        compares the next day with are a guide to it (``reference.today_alike``: the last days' rates
+        at the same levels, and the same weekday's a week before), a warm-up's short span left out."""
         if self.reference is None or est is None or self.reference.period is None:
             return
         # A day's span whose clip was sized on a warm-up's rate (the first after it) is left out too:
@@ -444,9 +458,10 @@ class WindowReleaser:
         after_full, self._last_full = self._last_full, full
         if not (full and after_full):
             return
-        rates = [r for r in self._day_rates if r[0] == est.levels][-(DAYS_CHANGE_DAYS - 1):]
-        self._day_rates = rates + [(est.levels, float(est.rate))]
-        self.reference.days_alike = days_alike([r for _, r in self._day_rates])
+        day = self.reference.window_index(est.span_end) // self.reference.period - 1  # the day the span ended
+        rates = [r for r in self._day_rates if r[0] == est.levels and day - WEEK_DAYS < r[1] < day]
+        self._day_rates = rates + [(est.levels, day, float(est.rate))]
+        self.reference.days_alike = today_alike({d: r for _, d, r in self._day_rates}, day + 1)
 
     def _outline(self, index: int, est: BaselineEstimate, window_start: float, load: "float | None"
                  ) -> tuple[bool, tuple]:

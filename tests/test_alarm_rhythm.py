@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
-from monitor.alarm.reference import (DAYS_CHANGE_RATIO, GUARD_DIVISOR, Comparison, curve_coefficients, days_alike,
+from monitor.alarm.reference import (DAYS_CHANGE_RATIO, GUARD_DIVISOR, WEEK_DAYS, Comparison, curve_coefficients, days_alike,
                                      trend_coefficients)
 from monitor.alarm.baseline import profile_load
 from monitor.alarm.units import band_around
@@ -1004,9 +1004,11 @@ def test_releaser_notes_whether_the_last_days_rates_were_alike():
     rel = object.__new__(WindowReleaser)
     rel.reference, rel._day_rates, rel._last_full = RhythmReference(300), [], False
     day = rel.reference.period
+    days = iter(range(1, 100))
 
     def est(rate, windows=day, levels=(0.01, 0.1)):
-        return BaselineEstimate(rate, 1500.0, 0.0, windows * 300.0, windows, 0.1, levels=levels)
+        end = next(days) * day * 300.0  # each release ends a day later, at midnight
+        return BaselineEstimate(rate, 1500.0, end - windows * 300.0, end, windows, 0.1, levels=levels)
 
     for e in (est(0.03, 36), est(0.02), est(0.03), est(0.031)):  # a warm-up, the day sized on it, two days
         rel._note_day_rate(e)
@@ -1022,6 +1024,59 @@ def test_releaser_notes_whether_the_last_days_rates_were_alike():
     assert rel.reference.days_alike
     kept = list(rel._day_rates)
     # A span with too little traffic carries the rate before it: neither it nor the day sized after it counts.
-    rel._note_day_rate(BaselineEstimate(0.05, 5.0, 0.0, day * 300.0, day, 0.1, levels=(0.002, 0.02)))
+    end = next(days) * day * 300.0
+    rel._note_day_rate(BaselineEstimate(0.05, 5.0, end - day * 300.0, end, day, 0.1, levels=(0.002, 0.02)))
     rel._note_day_rate(est(0.05, levels=(0.002, 0.02)))
     assert rel.reference.days_alike and rel._day_rates == kept
+
+
+def _weeks_of_day_rates(period: int, days: range, window: float = 300.0) -> list[BaselineEstimate]:
+    """One released daily baseline a day, the weekend (days 5 and 6 of each week) at half the rate."""
+    return [BaselineEstimate((0.015 if d % 7 in (5, 6) else 0.03) * (1 + 0.02 * np.sin(d)), 1500.0, d * period * window,
+                             (d + 1) * period * window, period, 0.1, levels=(0.01, 0.1)) for d in days]
+
+
+def test_a_weekday_that_differed_a_week_ago_falls_back_before_it_comes():
+    """Once a week of daily rates is kept, the day whose same weekday a week before differed from the
+    days the rhythm mode compares with falls back (Saturday after a week of weekdays), though the last
+    three days were alike; a weekday whose week-ago twin was like them does not. Public values only."""
+    rel = object.__new__(WindowReleaser)
+    rel.reference, rel._day_rates, rel._last_full = RhythmReference(300), [], True
+    alike = {}
+    for est in _weeks_of_day_rates(rel.reference.period, range(1, 20)):
+        rel._note_day_rate(est)
+        alike[round(est.span_end / 86400)] = rel.reference.days_alike  # what the next day is compared by
+    # The first week has no week-ago day: the first weekend day (5) is compared with the weekdays.
+    assert alike[5]
+    # From the second week the weekend's first day falls back before it comes, the Friday before it does not;
+    # the days after a change fall back as before (their last three days differ).
+    assert not alike[12] and not alike[19] and alike[11] and alike[18]
+    assert not alike[13] and not alike[14] and not alike[15]
+    assert alike[17] and alike[18]
+    # Rates of other days stay out: only the last week is kept.
+    assert len(rel._day_rates) == WEEK_DAYS and {d for _, d, _ in rel._day_rates} == set(range(13, 20))
+
+
+def test_a_restart_keeps_the_weeks_daily_rates(tmp_path, vitals_model):
+    """The daily rates come back from the ledger's released records (public) at start-up, so the day after
+    a restart is compared as it would have been without one."""
+    config = parse_config({
+        "features": [{"name": n, "min": lo, "max": hi} for n, lo, hi in VITAL_FEATURES],
+        "stream": {"entity_field": "device_id"},
+        "window": {"size_seconds": 300},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 50.0, "accountant": "basic"},
+    })
+    b = config.budget
+    ledger = WindowLedger(b.ledger)
+    accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+    first = WindowReleaser(config, accountant, vitals_model, rng=1)
+    first._last_full = True
+    for est in _weeks_of_day_rates(first.reference.period, range(1, 12)):  # up to a Friday's baseline
+        first._note_day_rate(est)
+        for k in range(3):  # each release is in use for the windows after it
+            start = est.span_end + 300.0 * k
+            ledger.record_release(start, start + 300.0, 0.1, 0.0, json.dumps({"baseline_in_use": est.as_dict()}))
+    assert not first.reference.days_alike  # Saturday comes: last Saturday differed
+    again = WindowReleaser(config, accountant, vitals_model, rng=2)
+    assert again._day_rates == first._day_rates and again.reference.days_alike is False
+    ledger.close()

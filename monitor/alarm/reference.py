@@ -56,7 +56,7 @@ from monitor.alarm.units import RESOLUTION
 GUARD_DIVISOR = 10
 
 __all__ = ["RhythmReference", "reference_for", "Comparison", "ReferenceMode", "curve_coefficients", "prediction_factors", "rhythm_variance",
-           "trend_coefficients"]
+           "today_alike", "trend_coefficients"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
 # A prediction: parts of (windows, their coefficients), summed.
@@ -70,6 +70,7 @@ SEASONAL_DAYS = 2
 # (``days_alike``). Day-to-day noise of a day's rate is a few per cent at 1,500 people.
 DAYS_CHANGE_RATIO = 1.3
 DAYS_CHANGE_DAYS = 3  # the days compared with, and the one before them
+WEEK_DAYS = 7  # a week: the same weekday's released rate says whether today will differ from the days before
 
 
 @dataclass(frozen=True)
@@ -647,3 +648,22 @@ def days_alike(rates: Sequence[float], ratio: float = DAYS_CHANGE_RATIO) -> bool
     """
     r = [float(x) for x in rates]
     return all(min(a, b) > 0 and max(a, b) / min(a, b) <= ratio for a, b in zip(r, r[1:]))
+
+
+def today_alike(rates: "dict[int, float]", today: int, ratio: float = DAYS_CHANGE_RATIO) -> bool:
+    """Whether the days the rhythm mode compares day ``today`` with are a guide to it, from the daily
+    baselines' released rates by day number (public, at one level): the last DAYS_CHANGE_DAYS days
+    kept alike (``days_alike``) and, where the same weekday a week before was kept, that day alike
+    with each of the two days before ``today``. The last days cannot say that a Saturday follows a
+    week of weekdays (Friday and Thursday were alike); last Saturday's rate against them can.
+
+    >>> week = {d: 0.03 for d in range(7)} | {5: 0.015, 6: 0.014}    # a weekend of half the rate
+    >>> week |= {7: 0.03, 8: 0.031, 9: 0.029, 10: 0.03, 11: 0.03}     # the next week's weekdays
+    >>> today_alike(week, 11), today_alike(week, 12)   # Friday compares with Thursday: Saturday not
+    (True, False)
+    """
+    kept = sorted(d for d in rates if d < today)
+    if not days_alike([rates[d] for d in kept[-DAYS_CHANGE_DAYS:]], ratio):
+        return False
+    week_ago = rates.get(today - WEEK_DAYS)
+    return week_ago is None or all(days_alike([week_ago, rates[d]], ratio) for d in (today - 1, today - 2) if d in rates)
