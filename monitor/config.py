@@ -161,7 +161,7 @@ class WindowSettings(_Strict):
 # changing one needs the alarm benchmarks rerun (docs/benchmarks/alarm-rhythm.md).
 ADVANCED_ALARM_KEYS = frozenset({
     "levels_follow_fleet", "recent_windows", "seasonal_windows", "rhythm_slack", "rhythm_slack_follows",
-    "profile_bins", "trend_error", "trend_windows", "curve_windows", "steady_windows", "threshold_follows_level",
+    "profile_bins", "trend_error", "trend_windows", "steady_windows", "threshold_follows_level",
     "threshold", "z", "rate_margin", "run_seconds", "trend_hold_windows", "baseline_refresh_seconds",
     "epsilon_baseline_flagged", "epsilon_baseline_events", "baseline_flag_cap",
 })
@@ -242,16 +242,11 @@ class AlarmSettings(_Strict):
         "minutes): fewer follow a shift change sooner, at a wider spread, and weigh the last window more than the "
         "rhythm_slack can hold (a lift of the statistic)."
     )
-    curve_windows: int = Field(
-        36, ge=0, le=288, description="Windows the rhythm reference's parabola goes through before a day of history (36 x 5 "
-        "minutes; 0: none), above trend_windows: the threshold is its own (a smaller spread than the line's), and the "
-        "line through trend_windows guards it where a shift change bends the traffic faster than 3 hours' curve follows."
-    )
     steady_windows: int = Field(
         36, ge=0, le=288, description="Windows the rhythm reference's steady line goes through (36 x 5 minutes; 0: none), "
         "above trend_windows: it comes first and the threshold is its own (its spread is the smallest: 1.12 where the "
-        "curve's is 1.28 and the rhythm mode's prediction's 1.23). Before a day of history the curve and the line through "
-        "trend_windows hold it within a tenth of a threshold of the lower of theirs where the traffic bends, which a line "
+        "rhythm mode's prediction's is 1.23). Before a day of history the line through trend_windows holds it within a "
+        "tenth of a threshold of its own where the traffic bends, which a line "
         "through 3 hours lags and overshoots; from then on it comes first only where the released profile is straight "
         "over its 3 hours, and the rhythm mode's prediction holds it (docs/alarm.md#traffic-with-a-daily-rhythm)."
     )
@@ -289,11 +284,10 @@ class AlarmSettings(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _curve_above_the_line(self) -> "AlarmSettings":
-        for name, windows in (("curve_windows", self.curve_windows), ("steady_windows", self.steady_windows)):
-            if windows and windows <= self.trend_windows:
-                raise ValueError(f"{name} ({windows}) must be 0 (none) or more than trend_windows "
-                                 f"({self.trend_windows}): its spread is the smaller only over more windows")
+    def _steady_above_the_trend(self) -> "AlarmSettings":
+        if self.steady_windows and self.steady_windows <= self.trend_windows:
+            raise ValueError(f"steady_windows ({self.steady_windows}) must be 0 (none) or more than trend_windows "
+                             f"({self.trend_windows}): its spread is the smaller only over more windows")
         return self
 
     @model_validator(mode="after")
@@ -599,6 +593,7 @@ _RENAMED = {
     "alarm.max_positives": "removed: a run answers until `alarm.run_seconds` ends, each page paid when given",
     "alarm.max_run_seconds": "renamed `alarm.run_seconds` (runs are now aligned on the epoch)",
     "metrics.outlier_alert_level": "removed: the surge alert now fires on the private alarm (see the `alarm` block)",
+    "alarm.curve_windows": "removed: the first day's steady line (`alarm.steady_windows`), guarded by the trend, does its job",
 }
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from monitor.alarm import RESOLUTION, BaselineEstimate, BaselineTracker, RhythmReference, SurgeAlarm
-from monitor.alarm.reference import (DAYS_CHANGE_RATIO, GUARD_DIVISOR, WEEK_DAYS, Comparison, curve_coefficients, days_alike,
+from monitor.alarm.reference import (DAYS_CHANGE_RATIO, GUARD_DIVISOR, WEEK_DAYS, Comparison, days_alike,
                                      trend_coefficients)
 from monitor.alarm.baseline import profile_load
 from monitor.alarm.units import band_around
@@ -425,13 +425,13 @@ def test_budget_says_which_levels_a_large_fleet_weighs_at_or_advises_them(vitals
 
 
 @pytest.mark.parametrize("level_slope", [0.0, 0.3])
-@pytest.mark.parametrize("mode,margin,curve,steady", [("rhythm", 0, 0, 0), ("rhythm", 20, 0, 6), ("recent", 0, 0, 0),
-                                                      ("recent", 20, 0, 0), ("recent", 20, 8, 0), ("recent", 20, 8, 6)])
-def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin, curve, steady):
+@pytest.mark.parametrize("mode,margin,steady", [("rhythm", 0, 0), ("rhythm", 20, 6), ("recent", 0, 0), ("recent", 20, 0),
+                                               ("recent", 20, 6)])
+def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_slope, mode, margin, steady):
     """Exact privacy loss (the folded discrete Laplace noises, summed over exactly) of every outcome of a
     run answering rhythm-mode windows (with ``steady``, the steady line's statistic held within a tenth of
     ``margin`` of the rhythm prediction's) or the first day's (the lower of the trend's statistic
-    and the level's plus ``margin``, the curve's with ``curve``, and the steady line's first with ``steady``), between a
+    and the level's plus ``margin``, and the steady line's first with ``steady``, held by the trend's), between a
     stream and the same stream without one
     adversarial person: heavy through yesterday's hour and the last hour, absent now, then
     heavy again. Within epsilon_threshold + epsilon_page for every first-page outcome, while
@@ -450,7 +450,7 @@ def test_exact_loss_of_a_run_against_the_reference_is_within_its_charge(level_sl
     for case, low in (("with", top + slack), ("without", top + slack), ("too wide", 3 * res)):
         period = 2400 if mode == "rhythm" else 300 * 1000  # a day of 8 windows, or none yet
         ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=period, resolution=res,
-                              trend_windows=4, curve_windows=curve, steady_windows=steady)
+                              trend_windows=4, steady_windows=steady)
         rng = np.random.default_rng(7)
         stats[case] = []
         for j in range(22):
@@ -648,64 +648,15 @@ def test_on_steady_traffic_the_level_with_its_margin_leaves_the_trend_alone():
     assert lowered > 30
 
 
-def test_curve_coefficients_reproduce_every_parabola_over_any_windows():
-    """The first day's curve is exact on a parabola whatever windows were kept (gaps where the
-    monitor did not run), its coefficients sum to 1, and over 36 consecutive windows its spread
-    (0.28) and its weight on the last window (0.25) are below the line's through 10 (0.47, 0.4)."""
-    rng = np.random.default_rng(4)
-    for _ in range(50):
-        windows = sorted(rng.choice(np.arange(1000, 1144), size=int(rng.integers(3, 40)), replace=False).tolist())
-        index = windows[-1] + int(rng.integers(1, 5))
-        a, b, c = rng.normal(size=3) * (1e-3, 1.0, 100.0)
-        y = a * np.array(windows) ** 2 + b * np.array(windows) + c
-        coef = curve_coefficients(windows, index)
-        assert coef.sum() == pytest.approx(1.0)
-        assert coef @ y == pytest.approx(a * index ** 2 + b * index + c, rel=1e-6, abs=1e-6)
-    curve, line = curve_coefficients(range(36), 36), trend_coefficients(range(10), 10)
-    assert (round(curve @ curve, 2), round(curve[-1], 2)) == (0.28, 0.25)
-    assert (round(line @ line, 2), round(line[-1], 2)) == (0.47, 0.4)
-
-
-def test_the_first_days_curve_gives_the_threshold_and_the_line_guards_it_at_a_kink():
-    """With 36 windows of history the first day's prediction is the curve's: the outline (what the
-    threshold is derived from) is its spread. Where the traffic turns within the last hour (a
-    shift change), the curve through 3 hours lags more than the line through 10 windows, and the
-    statistic is the line's (plus a tenth of the threshold): the curve alone would read the turn as
-    a surge."""
-    def ref_for(level, curve_windows):
-        ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, curve_windows=curve_windows)
-        for j in range(40):
-            ref.learn_one(j, np.array([level(j)]), ["a"])
-        return ref
-
-    flat = ref_for(lambda j: 400, 36)
-    mode, squares, *_ = flat.outline(40)
-    assert mode == "recent" and squares == pytest.approx(0.28, abs=0.005)
-    assert ref_for(lambda j: 400, 0).outline(40)[1] == pytest.approx(0.467, abs=0.001)
-    turn = lambda j: 400 + 40 * max(0, j - 32)  # noqa: E731  a ramp that starts 8 windows ago
-    ref = ref_for(turn, 36)
-    now = np.array([turn(40)])
-    curve, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
-    assert curve >= 2 * 40 > 40 > line  # the curve lags the turn by two ramp steps and more, the line by less than one
-    # The line counts where it is lower by a tenth of the level's margin (the window's threshold).
-    assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == line + 20
-    # Fewer windows than half the curve's: the line alone, as before.
-    short = RhythmReference(300, trend_windows=10, curve_windows=36)
-    for j in range(12):
-        short.learn_one(j, np.array([400]), ["a"])
-    assert short.outline(12)[1] == pytest.approx(trend_coefficients(range(2, 12), 12) @ trend_coefficients(range(2, 12), 12))
-
-
-def test_the_first_days_steady_line_gives_the_threshold_and_the_curve_guards_its_bends():
+def test_the_first_days_steady_line_gives_the_threshold_and_the_short_line_guards_its_bends():
     """With a steady line (36 windows) the first day's outline is its spread (0.116, against the
-    curve's 0.28): on steady traffic its statistic stands. Where the traffic bends (a ramp that
-    started 8 windows ago) the line through 3 hours lags by several ramp steps, and the statistic
-    is the lowest of the guards' plus a tenth of the level's margin. After a bend the line overshoots
-    the flat, and the guards hold it from below: the lower of theirs minus that tenth. With fewer
-    windows than half the steady line's, the short line alone, as before the curve."""
+    short line's 0.467 through 10 windows): on steady traffic its statistic stands. Where the traffic
+    bends (a ramp that started 8 windows ago) the line through 3 hours lags by several ramp steps, and
+    the statistic is the short line's plus a tenth of the level's margin. After a bend the line
+    overshoots the flat, and the short line holds it from below: its statistic minus that tenth. With
+    fewer windows than half the steady line's, the short line alone."""
     def ref_for(level, windows=40):
-        ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, curve_windows=36,
-                              steady_windows=36)
+        ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, steady_windows=36)
         for j in range(windows):
             ref.learn_one(j, np.array([level(j)]), ["a"])
         return ref
@@ -719,18 +670,18 @@ def test_the_first_days_steady_line_gives_the_threshold_and_the_curve_guards_its
     turn = lambda j: 400 + 40 * max(0, j - 32)  # noqa: E731  a ramp that starts 8 windows ago
     ref = ref_for(turn)
     now = np.array([turn(40)])
-    line36, curve, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
-    assert line36 > 3 * 40 > 40 > line and line36 > curve  # the steady line lags the turn by three ramp steps and more
-    assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == min(curve, line) + 20
+    line36, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
+    assert line36 > 3 * 40 > 40 > line  # the steady line lags the turn by three ramp steps and more
+    assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == line + 20
     # After the bend (a ramp over windows 4 to 20, flat since): the line through 3 hours overshoots the
-    # flat, so its statistic stands far under both guards', and they hold it a tenth of the margin under the lower.
+    # flat, so its statistic stands far under the short line's, which holds it a tenth of the margin under its own.
     ended = lambda j: 400 + 40 * min(16, max(0, j - 4))  # noqa: E731
     ref = ref_for(ended)
     now = np.array([ended(40)])
-    line36, curve, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
-    assert line36 < min(curve, line) - 100 and level + 200 > min(curve, line)
-    assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == min(curve, line) - 20
-    # Fewer windows than half the steady line's (and the curve's): the short line alone; at half, the steady line.
+    line36, line, level = ref._statistics(ref._sets(40)[1], now, ["a"], 0, 4096, 0.0)
+    assert line36 < line - 100 and level + 200 > line
+    assert ref.compare(40, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == line - 20
+    # Fewer windows than half the steady line's: the short line alone; at half, the steady line.
     assert ref_for(lambda j: 400, windows=17).outline(17)[1] == pytest.approx(0.467, abs=0.001)
     half = trend_coefficients(range(18), 18)
     assert ref_for(lambda j: 400, windows=18).outline(18)[1] == pytest.approx(half @ half)
@@ -744,8 +695,7 @@ def test_from_the_second_day_the_steady_line_comes_first_and_the_rhythm_predicti
     statistic is then the rhythm prediction's plus that tenth. It overshoots the ramp's end, and the statistic
     is then the rhythm prediction's minus it."""
     def ref_for(level, upto):
-        ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, curve_windows=36,
-                              steady_windows=36)
+        ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, steady_windows=36)
         for j in range(upto):
             ref.learn_one(j, np.array([level(j)]), ["a"])
         return ref
@@ -775,21 +725,20 @@ def test_from_the_second_day_the_steady_line_comes_first_and_the_rhythm_predicti
 
 def _level_is_lower(statistics: list[int], margin: int) -> bool:
     """Whether the level's statistic (last) plus ``margin`` is the lowest, as ``compare`` weighs them
-    (a line under a curve with a tenth of the margin)."""
+    (the short line under the steady one with a tenth of the margin)."""
     others = [statistics[0]] + [s + margin // GUARD_DIVISOR for s in statistics[1:-1]]
     return statistics[-1] + margin < min(others)
 
 
-@pytest.mark.parametrize("curve_windows,steady_windows", [(0, 0), (10, 0), (10, 8)])
+@pytest.mark.parametrize("steady_windows", [0, 8])
 @pytest.mark.parametrize("seed", range(4))
-def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, curve_windows, steady_windows):
+def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, steady_windows):
     """The recent mode's minimum of the trend's statistic and the level's plus a margin (and, with
-    a curve, of the curve's, which the line guards; with a steady line, of its statistic first, held
-    from below by the guards): removing one person moves it within [-(m + slack), R] whether or not
+    a steady line, of its statistic first, held by the trend's from both sides): removing one person
+    moves it within [-(m + slack), R] whether or not
     the lower one changes sides, or the floor starts or stops holding (both cases occur)."""
     rng = np.random.default_rng(100 + seed)
-    kw = dict(recent_windows=6, seasonal_windows=3, slack=0.25, trend_windows=6, curve_windows=curve_windows,
-              steady_windows=steady_windows)
+    kw = dict(recent_windows=6, seasonal_windows=3, slack=0.25, trend_windows=6, steady_windows=steady_windows)
     m, sides, floors = 164, set(), set()
     n = 10 if steady_windows else 6  # the steady line's windows apart from the short line's
     for _ in range(30):
@@ -811,9 +760,9 @@ def test_one_person_moves_the_lower_of_two_statistics_within_the_interval(seed, 
             assert -(m + ref.slack_units) <= full.statistic - less.statistic <= R
             before = ref._statistics(ref._sets(n)[1], now[1], now[0], m, m + ref.slack_units, 0.0)
             after = less_ref._statistics(less_ref._sets(n)[1], less_now[1], less_now[0], m, m + ref.slack_units, 0.0)
-            assert len(before) == 2 + bool(curve_windows) + bool(steady_windows)
+            assert len(before) == 2 + bool(steady_windows)
             sides.add((_level_is_lower(before, margin), _level_is_lower(after, margin)))
-            if steady_windows:  # whether the guards held the steady line from below
+            if steady_windows:  # whether the short line held the steady line from below
                 floors.add((before[0] < min(before[1:-1]) - margin // GUARD_DIVISOR,
                             after[0] < min(after[1:-1]) - margin // GUARD_DIVISOR))
     assert len(sides) >= 3  # the lower one changed sides for some person

@@ -29,10 +29,12 @@ def test_negative_epsilon_is_refused():
         parse_config({**BASE, "report": {"epsilon_count": -1}})
 
 
-def test_the_first_days_curve_must_go_through_more_windows_than_its_line():
-    with pytest.raises(ConfigError, match=r"alarm: curve_windows \(36\) must be 0 \(none\) or more than trend_windows \(40\)"):
+def test_the_first_days_steady_line_must_go_through_more_windows_than_its_trend():
+    with pytest.raises(ConfigError, match=r"alarm: steady_windows \(36\) must be 0 \(none\) or more than trend_windows \(40\)"):
         parse_config({**BASE, "alarm": {"trend_windows": 40}})
-    assert parse_config({**BASE, "alarm": {"trend_windows": 40, "curve_windows": 0, "steady_windows": 0}}).alarm.curve_windows == 0
+    assert parse_config({**BASE, "alarm": {"trend_windows": 40, "steady_windows": 0}}).alarm.steady_windows == 0
+    with pytest.raises(ConfigError, match=r"alarm\.curve_windows: removed: the first day's steady line"):
+        parse_config({**BASE, "alarm": {"curve_windows": 36}})
 
 
 def test_the_first_days_steady_line_must_go_through_more_windows_than_the_short_one():

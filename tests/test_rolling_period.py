@@ -185,7 +185,7 @@ def _read(ref, index: int, steady_line: bool) -> set[int]:
 
 
 SETTINGS = [dict(recent_windows=4, seasonal_windows=3), dict(recent_windows=4, seasonal_windows=5, trend_windows=3),
-            dict(recent_windows=3, seasonal_windows=7, curve_windows=6, steady_windows=8),
+            dict(recent_windows=3, seasonal_windows=7, steady_windows=8),
             dict(recent_windows=2, seasonal_windows=1, trend_windows=2, steady_windows=5)]
 
 

@@ -13,9 +13,9 @@ linear combination of u's own earlier values, its coefficients chosen from publi
 
 T_i: the last ``recent_windows``; Y_di: ``seasonal_windows`` centred on i, d days back, for the
 last SEASONAL_DAYS days; YT_di the recent windows before those. The recent mode's line through
-``trend_windows`` is held by the level, the curve (``curve_windows``) and the steady line
-(``steady_windows``), each within a public margin; from the second day the steady line comes
-first where the release asks (``steady_line``). Windows that paged or held
+``steady_windows`` is held by the line through ``trend_windows`` and that line by the level,
+each within a public margin; from the second day the steady line comes first where the
+release asks (``steady_line``). Windows that paged or held
 (``learn_one(paged=...)``) are bridged or filled (``_bridged``). Each rule's reason and the
 figures that chose it: docs/alarm.md and docs/benchmarks/alarm-rhythm.md ("Trial history").
 
@@ -50,12 +50,12 @@ import numpy as np
 
 from monitor.alarm.units import RESOLUTION
 
-# The line guards the first day's curve where it is lower by more than a tenth of the margin the
-# level needs (the window's threshold): at 0 the line's own noise took the curve's smaller spread
-# back, and a fifth did no better (docs/benchmarks/alarm-rhythm.md, "Trial history").
+# A guard holds the steady line within a tenth of the margin the level needs (the window's threshold):
+# at 0 the guard's own noise took the steady line's smaller spread back, and a fifth did no better
+# (docs/benchmarks/alarm-rhythm.md, "Trial history").
 GUARD_DIVISOR = 10
 
-__all__ = ["RhythmReference", "reference_for", "Comparison", "ReferenceMode", "curve_coefficients", "prediction_factors", "rhythm_variance",
+__all__ = ["RhythmReference", "reference_for", "Comparison", "ReferenceMode", "prediction_factors", "rhythm_variance",
            "today_alike", "trend_coefficients"]
 
 ReferenceMode = Literal["baseline", "recent", "rhythm"]
@@ -148,22 +148,14 @@ class RhythmReference:
         Windows the recent mode's trend goes through (None: ``recent_windows``). Fewer follow a
         shift change sooner: a one-hour ramp is missed by up to 0.18 of its rise through 12
         windows and 0.11 through 6, at a spread (1 + the squared coefficients) of 1.87 instead of 1.38.
-    curve_windows:
-        Windows the recent mode's least-squares parabola goes through (0: none; more than
-        ``trend_windows``), once at least half of them were kept. Its statistic comes first (the
-        threshold is its own: through 36 windows a spread of 1.28 where the line's is 1.47), and the
-        line's guards it: the statistic is the lower of the two (the line's with a tenth of the
-        level's margin), since where a shift change bends the traffic within the hour the curve
-        lags it more than the line does.
     steady_windows:
         Windows the recent mode's steady line goes through (0: none; more than ``trend_windows``),
-        once at least half of them were kept. Its statistic comes before the curve's (the threshold
-        is its own: through 36 windows a spread of 1.12), held within a tenth of the level's margin
-        of the lower of the curve's and the short line's, from above and from below (from the second
-        day, of the rhythm mode's, and only where ``compare`` is asked for it: ``steady_line``): through
-        3 hours a line misses a wave's bend (up to 0.33 of the normal count on the shared sets' wave of
-        0.5), lags a shift change by hours and overshoots the flat after it, where the curve, the short
-        line and the rhythm mode's prediction do not.
+        once at least half of them were kept. Its statistic comes first (the threshold is its own:
+        through 36 windows a spread of 1.12 where the short line's is 1.47), held within a tenth of the
+        level's margin of the short line's, from above and from below (from the second day, of the
+        rhythm mode's, and only where ``compare`` is asked for it: ``steady_line``): through 3 hours a
+        line misses a wave's bend, lags a shift change by hours and overshoots the flat after it, where
+        the short line and the rhythm mode's prediction do not.
     resolution:
         Integer units per event weight.
     """
@@ -171,7 +163,7 @@ class RhythmReference:
     def __init__(self, window_seconds: float, recent_windows: int = 12, seasonal_windows: int = 5,
                  slack: float = 0.5, period_seconds: float = 86400.0, trend_error: float = 0.02,
                  resolution: int = RESOLUTION, weekend_days: Sequence[int] = (), trend_windows: "int | None" = None,
-                 curve_windows: int = 0, steady_windows: int = 0) -> None:
+                 steady_windows: int = 0) -> None:
         if int(recent_windows) != recent_windows or recent_windows < 1:
             raise ValueError(f"recent_windows must be a positive integer, got {recent_windows!r}")
         if int(seasonal_windows) != seasonal_windows or seasonal_windows < 1:
@@ -183,11 +175,10 @@ class RhythmReference:
         self.window_seconds = float(window_seconds)
         self.recent_windows = int(recent_windows)
         self.trend_windows = self.recent_windows if trend_windows is None else int(trend_windows)
-        for name, windows in (("curve_windows", curve_windows), ("steady_windows", steady_windows)):
-            if int(windows) != windows or not (windows == 0 or windows > self.trend_windows):
-                raise ValueError(f"{name} must be 0 (none) or an integer above trend_windows ({self.trend_windows}), "
-                                 f"got {windows!r}")
-        self.curve_windows, self.steady_windows = int(curve_windows), int(steady_windows)
+        if int(steady_windows) != steady_windows or not (steady_windows == 0 or steady_windows > self.trend_windows):
+            raise ValueError(f"steady_windows must be 0 (none) or an integer above trend_windows ({self.trend_windows}), "
+                             f"got {steady_windows!r}")
+        self.steady_windows = int(steady_windows)
         self.half_seasonal = int(seasonal_windows) // 2
         self.slack = float(slack)
         self.trend_error = float(trend_error)
@@ -242,7 +233,7 @@ class RhythmReference:
     @property
     def _recent_reach(self) -> int:
         # The first day's fits look back 4 x their windows (``_last``) and bridge recent_windows more.
-        return 4 * max(self.recent_windows, self.trend_windows, self.curve_windows, self.steady_windows) + self.recent_windows
+        return 4 * max(self.recent_windows, self.trend_windows, self.steady_windows) + self.recent_windows
 
     def reach_choices(self) -> tuple[int, ...]:
         """The reaches a run may read over, longest first: every window the reference keeps, the
@@ -428,20 +419,15 @@ class RhythmReference:
         if 2 * len(recent) < self.trend_windows or len(recent) < 2:  # a line needs two windows
             return "baseline", [], False
         sets = [(recent, trend_coefficients(recent, index)), (recent, np.full(len(recent), 1.0 / len(recent)))]
-        steady = False
-        # The curve before the line (the threshold is its own, the line guarding it at a ramp), and the
-        # steady line before both (the smallest spread on steady traffic; they guard its bends): each
-        # once at least half of its windows were kept.
         predictions = [[self._first_day_part(ws, c)] for ws, c in sets]
-        for count, coefficients, is_steady in ((self.curve_windows, curve_coefficients, False),
-                                               (self.steady_windows, trend_coefficients, True)):
-            longer = self._longer_part(index, count, coefficients)
-            if longer:
-                predictions.insert(0, [longer])
-                steady = is_steady
-        return "recent", predictions, steady
+        # The steady line first (the smallest spread on steady traffic; the short line guards its
+        # bends), once at least half of its windows were kept.
+        steady = self._longer_part(index, self.steady_windows, trend_coefficients)
+        if steady:
+            predictions.insert(0, [steady])
+        return "recent", predictions, steady is not None
 
-    def _longer_part(self, index: int, count: int, coefficients: Callable[[list[int], int], np.ndarray]
+    def _longer_part(self, index: int, count: int, coefficients: Callable[[Sequence[int], int], np.ndarray]
                      ) -> "tuple[list[int], np.ndarray] | None":
         """The least-squares fit (``coefficients``) through the last ``count`` windows as a prediction
         part (``_first_day_part``), once at least half of them were kept; None without (0: none)."""
@@ -491,10 +477,8 @@ class RhythmReference:
         ``level_margin`` (public, in units; the release passes the window's threshold): the level
         overrules the trend only where it puts the window that far lower, as at the end of a
         falling hour, and not through its own noise on steady traffic (module docstring). With a
-        curve (``curve_windows``), the lower of the curve's statistic, the line's plus a tenth of
-        ``level_margin`` (``GUARD_DIVISOR``) and the level's plus ``level_margin``; with a steady
-        line (``steady_windows``) its statistic first, and the curve's plus a tenth too, and the
-        steady line's no lower than the lower of its guards' minus that tenth. In the rhythm mode, with
+        steady line (``steady_windows``), its statistic held within a tenth of ``level_margin``
+        (``GUARD_DIVISOR``) of the trend's, and the level's plus ``level_margin`` where lower. In the rhythm mode, with
         ``steady_line`` (public, as in ``outline``), the steady line's statistic held within that tenth of
         the rhythm prediction's. Each of these is a
         minimum or maximum of statistics that one person moves within the run's interval, plus
@@ -510,8 +494,8 @@ class RhythmReference:
         if not predictions:
             return Comparison(int(units.sum()) - m * int(units.size), "baseline")
         first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
-        # The level (last) counts where it is lower by the margin; the line under a curve where it is
-        # lower by a share of it (at 0 the line's own noise took the curve's smaller spread back).
+        # The level (last) counts where it is lower by the margin; the short line under the steady one
+        # where it is lower by a share of it (at 0 its own noise took the steady line's smaller spread back).
         guard_margin = int(level_margin) // GUARD_DIVISOR
         if steady and mode == "rhythm":
             # The rhythm prediction holds the steady line from both sides: the line lags the day's ramps and
@@ -519,7 +503,7 @@ class RhythmReference:
             (rhythm,) = others
             first, others = min(max(first, rhythm - guard_margin), rhythm + guard_margin), []
         elif steady:
-            # The guards hold the steady line from below too: after a bend (3 hours after a ramp, the
+            # The short line holds the steady line from below too: after a bend (3 hours after a ramp, the
             # line through the ramp and the flat overshoots) it stood under the lower guard and missed
             # the surges there (docs/benchmarks/alarm-rhythm.md, "Trial history").
             first = max(first, min(others[:-1]) - guard_margin)
@@ -570,8 +554,7 @@ def reference_for(settings, window_seconds: float) -> "RhythmReference | None":
         return None
     return RhythmReference(window_seconds, settings.recent_windows, settings.seasonal_windows, settings.rhythm_slack,
                            trend_error=settings.trend_error, weekend_days=settings.weekend_days,
-                           trend_windows=settings.trend_windows, curve_windows=settings.curve_windows,
-                           steady_windows=settings.steady_windows)
+                           trend_windows=settings.trend_windows, steady_windows=settings.steady_windows)
 
 
 def trend_coefficients(windows: Sequence[int], index: int) -> np.ndarray:
@@ -584,18 +567,6 @@ def trend_coefficients(windows: Sequence[int], index: int) -> np.ndarray:
     x = np.asarray(windows, dtype=float)
     dx = x - x.mean()
     return 1.0 / x.size + dx * (index - x.mean()) / float(np.dot(dx, dx))
-
-
-def curve_coefficients(windows: Sequence[int], index: int) -> np.ndarray:
-    """The least-squares parabola through ``windows`` (their indices), extrapolated to ``index``, as
-    coefficients on their values (summing to 1).
-
-    >>> curve_coefficients([0, 1, 2, 3], 4).round(3).tolist()
-    [0.75, -1.25, -0.75, 2.25]
-    """
-    x = np.asarray(windows, dtype=float) - index
-    x /= max(1.0, float(np.abs(x).max()))  # scaled for conditioning; the fit is the same
-    return np.linalg.pinv(np.vander(x, 3))[-1]
 
 
 def prediction_factors(level_slope: float, squares: float, cubes: float) -> tuple[float, float]:

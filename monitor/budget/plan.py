@@ -278,20 +278,12 @@ def rhythm_note(settings) -> str:
     days = ", ".join(str(d) for d in sorted(settings.weekend_days))
     level = ("; its threshold rises with each window's predicted flagged weight (alarm.threshold_follows_level)"
              if settings.threshold_follows_level else "")
-    # The first prediction, then those that guard it (the last hour's trend always).
-    named = [f"the last {count} windows' {shape} (alarm.{key})"
-             for count, shape, key in ((settings.steady_windows, "line", "steady_windows"),
-                                       (settings.curve_windows, "curve", "curve_windows")) if count]
-    if settings.steady_windows:
-        # Its guards hold the steady line from both sides (RhythmReference.compare).
-        guards = named[1:] + ["the last hour's trend"]
-        held = guards[0] if len(guards) == 1 else "the lower of " + " and ".join(guards)
-        curve = f"{named[0]}, held within a tenth of a threshold of {held} (a bend the line lags or overshoots), or"
-    elif named:
-        curve = f"{named[0]}, or the last hour's trend where that is lower (a shift change the curve lags), or"
-    else:
-        curve = "the last hour's trend, or"
-    first = (f"; before a day of history it follows {curve} its level, where that is lower by a whole "
+    # The first prediction, then what guards it: the last hour's trend holds the steady line from both
+    # sides (RhythmReference.compare).
+    line = (f"the last {settings.steady_windows} windows' line (alarm.steady_windows), held within a tenth of a "
+            "threshold of the last hour's trend (a bend the line lags or overshoots), or" if settings.steady_windows
+            else "the last hour's trend, or")
+    first = (f"; before a day of history it follows {line} its level, where that is lower by a whole "
              f"threshold (an hour that stopped falling), and a page then holds for {settings.trend_hold} "
              "windows, until the trend has gone through the change (alarm.trend_hold_windows)")
     steady = (f"; from the second day, at hours where the released profile is straight, the last {settings.steady_windows} "
