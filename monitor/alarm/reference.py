@@ -478,11 +478,11 @@ class RhythmReference:
         overrules the trend only where it puts the window that far lower, as at the end of a
         falling hour, and not through its own noise on steady traffic (module docstring). With a
         steady line (``steady_windows``), its statistic held within a tenth of ``level_margin``
-        (``GUARD_DIVISOR``) of the trend's, and the level's plus ``level_margin`` where lower. In the rhythm mode, with
-        ``steady_line`` (public, as in ``outline``), the steady line's statistic held within that tenth of
-        the rhythm prediction's. Each of these is a
-        minimum or maximum of statistics that one person moves within the run's interval, plus
-        public margins, so it moves within that interval too."""
+        (``GUARD_DIVISOR``) of the trend's, and the level's plus ``level_margin`` where lower. In
+        the rhythm mode, with ``steady_line`` (public, as in ``outline``), the steady line's
+        statistic held within that tenth of the rhythm prediction's. Each of these is a minimum or
+        maximum of statistics that one person moves within the run's interval, plus public
+        margins, so it moves within that interval too."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
         m = int(m)
         slope = float(level_slope)
