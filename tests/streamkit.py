@@ -157,8 +157,10 @@ def write_config(directory: Path, *, bootstrap: str, model_path: Path, prefix: s
                  window_seconds: float = 1.0, lateness_seconds: float = 0.5,
                  max_message_bytes: int = 65536, metrics_port: int = 0,
                  kafka: dict[str, Any] | None = None, grace_seconds: float = 20.0,
-                 entity_field: str | None = None, group: str | None = None) -> Path:
-    """A config for a test run: short windows, a budget that never runs out, its own topics."""
+                 entity_field: str | None = None, group: str | None = None,
+                 window: dict[str, Any] | None = None) -> Path:
+    """A config for a test run: short windows, a budget that never runs out, its own topics;
+    ``window``: more keys of the window block."""
     config = {
         "features": FEATURES,
         "model": {"path": str(model_path)},
@@ -175,7 +177,7 @@ def write_config(directory: Path, *, bootstrap: str, model_path: Path, prefix: s
             "kafka": {**FAST_GROUP, **(kafka or {})},
         },
         "window": {"size_seconds": window_seconds, "allowed_lateness_seconds": lateness_seconds, "publish_delay_seconds": 0.0,
-                   "release_grace_seconds": grace_seconds},
+                   "release_grace_seconds": grace_seconds, **(window or {})},
         # A detailed report with every window (a public schedule), so every window costs the
         # same and "charged once" is checkable window by window; the alarm is tested elsewhere.
         "alarm": {"enabled": False},

@@ -24,7 +24,6 @@ import random
 import time
 
 import pytest
-import yaml
 
 from streamkit import (
     KeyedPacer,
@@ -230,13 +229,10 @@ def test_a_downtime_longer_than_the_grace_keeps_the_missed_windows_events(tmp_pa
     prefix = "downtime"
     grace = 1.0
     model = write_model(tmp_path / "model.json", seed=SEED)
-    config = write_config(tmp_path, bootstrap=bootstrap, model_path=model, prefix=prefix, window_seconds=WINDOW,
-                          lateness_seconds=LATENESS, grace_seconds=grace)
     # No cap on the backlog (window.max_catch_up_windows, 24 windows): on a loaded machine the restart
     # alone took longer than 24 one-second windows, and the oldest were suppressed with their events.
-    settings = yaml.safe_load(config.read_text(encoding="utf-8"))
-    settings["window"]["max_catch_up_windows"] = None
-    config.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+    config = write_config(tmp_path, bootstrap=bootstrap, model_path=model, prefix=prefix, window_seconds=WINDOW,
+                          lateness_seconds=LATENESS, grace_seconds=grace, window={"max_catch_up_windows": None})
     create_topic(bootstrap, f"{prefix}.events", partitions=3)
     audit = tmp_path / "audit.jsonl"
     service = ServiceProcess(config, bootstrap, audit, seed=SEED, logs=tmp_path / "logs")
