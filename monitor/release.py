@@ -153,34 +153,34 @@ class WindowReleaser:
                 report = json.loads(entry.payload).get("report") if entry.payload else None
                 if report and report.get("reason") == "schedule" and report.get("where"):
                     self.report_history.add(entry.window_end, report)
-        self._resume_day_rates(last.window_end)
-        for entry in reversed(self.ledger.entries(since=last.window_end - self.config.alarm.baseline_refresh_seconds * 2)):
-            if entry.payload is None:
-                continue
-            base = json.loads(entry.payload).get("baseline_in_use")
-            if base:
-                est = BaselineEstimate.from_dict(base)
-                if len(self.level_shares) > 1 and est.levels is None:
-                    # Released before the levels followed the fleet: at the configured pair.
-                    est = dataclasses.replace(est, levels=self.level_shares[0])
-                if len(self.level_shares) > 1 and est.levels not in self.level_shares:
-                    return  # weights at levels the config no longer has: a new warm-up
-                self.baseline.resume(est)
-                self._use_rung(self.baseline.rung)
-                return
+        self._resume_baseline(last.window_end)
 
-    def _resume_day_rates(self, last_end: float) -> None:
-        """Note again the daily rates the baselines released in the last week (public, from the
-        ledger's records), so a restart keeps the week's comparison (``_note_day_rate``)."""
-        if self.reference is None or self.reference.period is None:
+    def _resume_baseline(self, last_end: float) -> None:
+        """From the baselines the ledger's records say were in use (public): note again the daily rates
+        of the last week, so a restart keeps the week's comparison (``_note_day_rate``), and resume the
+        newest estimate of the last two refreshes, so a restart needs no new warm-up."""
+        since = last_end - self.config.alarm.baseline_refresh_seconds * 2
+        week = (last_end - (WEEK_DAYS + 1) * self.reference.period * self.reference.window_seconds
+                if self.reference is not None and self.reference.period is not None else None)
+        in_use = [(entry.window_end, base) for entry in self.ledger.entries(since=since if week is None else min(since, week))
+                  if entry.payload and (base := json.loads(entry.payload).get("baseline_in_use"))]
+        if week is not None:
+            noted: set = set()
+            for end, base in in_use:
+                if end > week and base.get("span_end") not in noted:  # each release is in use for many windows
+                    noted.add(base.get("span_end"))
+                    self._note_day_rate(BaselineEstimate.from_dict(base))
+        newest = next((base for end, base in reversed(in_use) if end > since), None)
+        if newest is None:
             return
-        day_seconds = self.reference.period * self.reference.window_seconds
-        noted: set = set()
-        for entry in self.ledger.entries(since=last_end - (WEEK_DAYS + 1) * day_seconds):
-            base = json.loads(entry.payload).get("baseline_in_use") if entry.payload else None
-            if base and base.get("span_end") not in noted:  # each release is in use for many windows
-                noted.add(base.get("span_end"))
-                self._note_day_rate(BaselineEstimate.from_dict(base))
+        est = BaselineEstimate.from_dict(newest)
+        if len(self.level_shares) > 1 and est.levels is None:
+            # Released before the levels followed the fleet: at the configured pair.
+            est = dataclasses.replace(est, levels=self.level_shares[0])
+        if len(self.level_shares) > 1 and est.levels not in self.level_shares:
+            return  # weights at levels the config no longer has: a new warm-up
+        self.baseline.resume(est)
+        self._use_rung(self.baseline.rung)
 
     def rebuild(self, windows: "Iterable[ClosedWindow]") -> int:
         """Learn the rhythm reference's history from windows already released before a restart (their
