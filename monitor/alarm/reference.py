@@ -411,7 +411,7 @@ class RhythmReference:
                 for (same, c_same), (before, c_before) in shapes:
                     parts += [(same, c_same / len(shapes)), (before, -c_before / len(shapes))]
                 # The steady line first where it has its windows, this prediction holding it (``compare``).
-                steady = self._longer_part(index, self.steady_windows, trend_coefficients) if steady_line else None
+                steady = self._steady_part(index) if steady_line else None
                 return "rhythm", ([[steady], parts] if steady else [parts]), steady is not None
         # Less than a day of history: the recent level and its trend, extrapolated to this
         # window (least squares over the last trend_windows windows), so a rising hour is not a surge.
@@ -422,19 +422,18 @@ class RhythmReference:
         predictions = [[self._first_day_part(ws, c)] for ws, c in sets]
         # The steady line first (the smallest spread on steady traffic; the short line guards its
         # bends), once at least half of its windows were kept.
-        steady = self._longer_part(index, self.steady_windows, trend_coefficients)
+        steady = self._steady_part(index)
         if steady:
             predictions.insert(0, [steady])
         return "recent", predictions, steady is not None
 
-    def _longer_part(self, index: int, count: int, coefficients: Callable[[Sequence[int], int], np.ndarray]
-                     ) -> "tuple[list[int], np.ndarray] | None":
-        """The least-squares fit (``coefficients``) through the last ``count`` windows as a prediction
-        part (``_first_day_part``), once at least half of them were kept; None without (0: none)."""
-        windows = self._last(index, count) if count else []
-        if not windows or 2 * len(windows) < count:
+    def _steady_part(self, index: int) -> "tuple[list[int], np.ndarray] | None":
+        """The steady line through the last ``steady_windows`` windows as a prediction part
+        (``_first_day_part``), once at least half of them were kept; None without (0: none)."""
+        windows = self._last(index, self.steady_windows) if self.steady_windows else []
+        if not windows or 2 * len(windows) < self.steady_windows:
             return None
-        return self._first_day_part(windows, coefficients(windows, index))
+        return self._first_day_part(windows, trend_coefficients(windows, index))
 
     def _first_day_part(self, windows: list[int], coefficients: np.ndarray) -> tuple[list[int], np.ndarray]:
         """A fit through the last windows (the first day's predictions, and the steady line's on the days
