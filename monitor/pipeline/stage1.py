@@ -31,8 +31,8 @@ never a per-message pass over everyone else's.
 A partition this process takes over (from a dead or departed member) is read from its
 committed offset with windows from the next one its own stage 2 releases on (after a
 downtime, the backlog), or, with stage 2 elsewhere, from ``now - lateness - grace`` on:
-every window stage 2 may still wait for is rebuilt, and the windows already shipped are sent again as
-attempts stage 2 ignores. A ``start`` marker tells stage 2 so: a cut the previous owner
+every window stage 2 may still wait for is rebuilt, and the windows already shipped are
+sent again as attempts stage 2 ignores. A ``start`` marker tells stage 2 so: a cut the previous owner
 sent for an older window will not be followed by a shard. Windows that closed before the
 takeover are cut at the highwater the new owner first sees.
 """
