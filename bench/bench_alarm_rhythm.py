@@ -197,10 +197,11 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
     per day, the expected pages (``page_chances``)."""
     window = [0]
     with fresh_releaser(config, model, seed) as (releaser, accountant), page_chances(window) as chances:
-        states, n, F, R, W, own = [], [], [], [], [], []
+        states, modes, n, F, R, W, own = [], [], [], [], [], [], []
         for i, X, scores, rec in released_windows(releaser, model, traffic, surges):
             window[0] = i + 1  # the next window's queries
             states.append(rec["alarm_detail"]["state"])
+            modes.append(rec["alarm_detail"].get("compared_with"))
             n.append(X.shape[0])
             F.append((scores[:, None] > levels[None, :]).sum(axis=0))
             R.append(traffic.expected(i, pool_flags))
@@ -220,7 +221,7 @@ def replay(config: MonitorConfig, model: CachedScores, traffic: RowTraffic, surg
     chance_at = chances_by_window(chances, len(states))
     day = np.minimum(np.arange(len(states)) // traffic.windows_per_day, traffic.days - 1)
     expected = np.bincount(day, weights=chance_at, minlength=traffic.days)
-    return {"states": states, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W)[:, rung],
+    return {"states": states, "modes": modes, "n": np.array(n), "F": np.array(F), "r": np.array(R), "w": np.array(W)[:, rung],
             "spent": spent, "people": people, "expected": expected, "chance_at": chance_at}
 
 
@@ -312,7 +313,10 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                          rate_min=float(live.min()), rate_max=float(live.max()),
                          quiet_epsilon=max(q["spent"]),
                          exact_false=((q["F"] - q["r"] * q["n"][:, None]) >= C["quiet"][None, :]).sum(axis=0).tolist(),
-                         expected_false_pages=float(q["expected"].sum()), expected_false_pages_day1=float(q["expected"][0]))
+                         expected_false_pages=float(q["expected"].sum()), expected_false_pages_day1=float(q["expected"][0]),
+                         # Where the promise is spent: each quiet window's chance of paging and how it was compared.
+                         quiet_chance_at=[round(float(x), 7) for x in q["chance_at"]], quiet_modes=q["modes"],
+                         quiet_first_weekday=int(start))
             if "surge" in runs:
                 s = runs["surge"]
                 starts = np.array([p.start for p in s["surges"]], dtype=int)

@@ -569,6 +569,7 @@ class WindowReleaser:
             return None
         if self.reference is not None:
             self.reference.run_reach_windows = reach
+            self.reference.run_first_index = self.reference.window_index(window.start)
             return window.start - reach * self.reference.window_seconds
         return window.start
 

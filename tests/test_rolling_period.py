@@ -86,7 +86,8 @@ def test_a_person_present_in_one_period_loses_at_most_what_that_period_was_charg
 
     def recording_compare(index, units, entities, m, low_units, **kw):
         c = compare(index, units, entities, m, low_units, **kw)
-        calls.append(("compare", index, np.array(units), tuple(entities), (m, low_units, kw), ref.run_reach_windows))
+        calls.append(("compare", index, np.array(units), tuple(entities), (m, low_units, kw),
+                      (ref.run_reach_windows, ref.run_first_index)))
         last["statistic"], last["index"] = c.statistic, index
         return c
 
@@ -134,7 +135,7 @@ def test_a_person_present_in_one_period_loses_at_most_what_that_period_was_charg
             paged, scores = rest
             other.learn_one(index, units, entities, paged=paged, scores=None if scores is None else scores[keep])
         else:
-            (m, low_units, kw), other.run_reach_windows = rest
+            (m, low_units, kw), (other.run_reach_windows, other.run_first_index) = rest
             without[index] = other.compare(index, units, entities, m, low_units, **kw).statistic
 
     # Each run's exact loss, and the periods its charges count in.
@@ -243,6 +244,65 @@ def test_a_run_that_reads_less_is_charged_less_far_back(tmp_path, vitals_model):
         read = _read(ref, 3 * 24, False)
         assert not read or 3 * 24 - min(read) <= reach
         assert ref.outline(3 * 24)[0] == {full: "rhythm", recent: "recent", 0: "baseline"}[reach]
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_a_run_that_reads_less_goes_on_to_read_the_windows_it_has_answered(settings):
+    """A run opened where its budget paid less than the full reach reads, at every query, nothing before
+    its first window less its reach (where its charge begins) nor beyond ``reach_windows``; as it answers,
+    the windows since its first become its history, so a run that could pay no reach leaves the plain
+    statistic for the first day's trend once it has answered enough windows, and reads a whole
+    day of its own once it has gone on that long. A run opened later reads from its own first window."""
+    from monitor.alarm.reference import RhythmReference
+
+    period = 24
+    ref = RhythmReference(300, period_seconds=300 * period, **settings)
+    first = 3 * period
+    for j in range(first):
+        ref.learn_one(j, np.array([64, 0]), ("a", "b"))
+    for reach in ref.reach_choices():
+        probe = RhythmReference(300, period_seconds=300 * period, **settings)
+        probe._windows, probe._ids = dict(ref._windows), dict(ref._ids)
+        probe.run_reach_windows, probe.run_first_index = reach, first
+        modes = []
+        for i in range(first, first + 2 * period + 4):
+            read = _read(probe, i, False) | _read(probe, i, True)
+            assert not read or (min(read) >= first - reach and i - min(read) <= probe.reach_windows)
+            modes.append(probe.outline(i)[0])
+            probe.learn_one(i, np.array([64, 0]), ("a", "b"))
+        if reach == 0:
+            assert modes[0] == "baseline" and "recent" in modes and modes[-1] == "rhythm"
+    ref.run_reach_windows, ref.run_first_index = 0, first + 10  # a run that opens later: nothing before it
+    assert not _read(ref, first, False)
+
+
+def test_a_run_the_budget_paid_no_reach_compares_with_its_own_windows(tmp_path, vitals_model):
+    """Through the releaser, every run made to read no reach (as where the periods before are spent): each
+    is charged from its own first window, reads nothing before it, and from its sixth window compares with
+    the first day's trend through the windows it has answered, not with the plain statistic for the rest
+    of the run."""
+    config = _config(tmp_path, epsilon=50.0)
+    ledger = WindowLedger(config.budget.ledger)
+    releaser = WindowReleaser(config, BudgetAccountant(ledger, 50.0, 0.0, config.budget.period_seconds, "basic"),
+                              vitals_model, rng=4)
+    releaser._run_reach = lambda window, need: 0
+    ref, compare, read = releaser.reference, releaser.reference.compare, {}
+
+    def recording(index, *args, **kwargs):
+        c = compare(index, *args, **kwargs)
+        read[index] = (c.mode, min(_read(ref, index, kwargs.get("steady_line", False)), default=index), ref.run_first_index)
+        return c
+
+    ref.compare = recording
+    traffic = Traffic(people=300, days=2, seed=5, window_seconds=W)
+    for i in range(2 * DAY):
+        X, entities, _ = traffic.window(i, [])
+        releaser.release(ClosedWindow(i * W, (i + 1) * W, X, np.zeros(0, bool), (), tuple(entities)), released_at=(i + 1) * W)
+    runs = ledger.span_charges("alarm_run")
+    assert runs and all(start == first * W for (_, _, start, *_), first in zip(runs, sorted({f for *_, f in read.values()})))
+    assert all(oldest >= first for _, oldest, first in read.values())
+    modes = [mode for index, (mode, _, first) in sorted(read.items()) if index >= first + 5]
+    assert modes and "baseline" not in modes and "recent" in modes
 
 
 # -- a restart: the reference's history rebuilt from the windows already released

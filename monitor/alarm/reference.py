@@ -189,9 +189,12 @@ class RhythmReference:
         ratio = float(period_seconds) / self.window_seconds
         # A period of a whole number of windows, longer than what it is compared with.
         self.period = round(ratio) if abs(ratio - round(ratio)) < 1e-9 and round(ratio) > self.recent_windows + self.half_seasonal else None
-        # The open run's reach (``reach_choices``): compare(i) and outline(i) read windows from
-        # i - run_reach_windows on only. None: ``reach_windows``.
+        # The open run's reach (``reach_choices``) and first window: compare(i) and outline(i) read
+        # windows from the run's first window less its reach on only (the run is charged from there),
+        # and never more than ``reach_windows`` before i. None: ``reach_windows`` before i; without a
+        # first window, ``run_reach_windows`` before i.
         self.run_reach_windows: int | None = None
+        self.run_first_index: int | None = None
         self._floor = -math.inf  # the oldest window the current comparison may read (``_sets``)
         # Whether the last days' released rates were alike (``days_alike``; set by the releaser from
         # public values): where not, the rhythm mode gives way to the first day's predictions.
@@ -236,15 +239,27 @@ class RhythmReference:
         return 4 * max(self.recent_windows, self.trend_windows, self.steady_windows) + self.recent_windows
 
     def reach_choices(self) -> tuple[int, ...]:
-        """The reaches a run may read over, longest first: every window the reference keeps, the
-        recent windows only (the first day's predictions, whatever history there is), or none (the
-        plain statistic). A run takes the longest whose charge the budget pays (the releaser, from
-        the ledger: public), and sets ``run_reach_windows``.
+        """The reaches a run may read over before its first window, longest first: every window the
+        reference keeps, the recent windows only (the first day's predictions, whatever history there
+        is), or none (the plain statistic until the run has answered windows of its own,
+        ``_oldest_read``). A run takes the longest whose charge the budget pays (the releaser, from
+        the ledger: public), and sets ``run_reach_windows`` and ``run_first_index``.
 
         >>> RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36).reach_choices()
         (600, 156, 0)
         """
         return tuple(sorted({self.reach_windows, self._recent_reach, 0}, reverse=True))
+
+    def _oldest_read(self, index: int) -> int:
+        """The oldest window a query at ``index`` may read: ``reach_windows`` back, but not before the
+        open run's first window less its reach, where its charge begins. A run that reads less
+        (``reach_choices``) so still reads the windows it has answered itself: a run whose budget paid
+        no reach at all compares with the first day's trend from its own sixth window on, where the
+        plain statistic would have followed no rhythm for the rest of the run."""
+        if self.run_reach_windows is None:
+            return index - self.reach_windows
+        first = index if self.run_first_index is None else min(int(self.run_first_index), index)
+        return max(index - self.reach_windows, first - self.run_reach_windows)
 
     @property
     def reach_seconds(self) -> float:
@@ -393,7 +408,7 @@ class RhythmReference:
         calendar, which windows the monitor released and ``steady_line``, as in ``outline``). The
         first prediction is the mode's own; the recent mode adds the level (``compare`` takes the
         lower statistic)."""
-        self._floor = index - (self.reach_windows if self.run_reach_windows is None else self.run_reach_windows)
+        self._floor = self._oldest_read(index)
         recent = self._last(index, self.recent_windows)
         if self.period is not None and self.days_alike:
             # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
