@@ -5,7 +5,7 @@ are released in order from the ledger's last one (on a first start, from the win
 monitor started in), every scheduled window, empty or not. Window W is
 released as soon as every input partition has reported it (stage 1's shards are also
 "done up to W's end" markers), or once ``end + allowed_lateness + release_grace`` has
-passed, the internal topic is read up to its highwater and every partition whose stage 1
+passed, the internal topic is read up to its log end as it is then and every partition whose stage 1
 sent a ``cut`` for W (it owned the partition at W's close) has reported it: a slow
 stage 1 delays the release (published late, counted), it never shrinks the window. The
 grace only gives up on partitions that had no owner at the close.
@@ -152,7 +152,7 @@ class Stage2:
             if self.collector.complete(self.next):
                 pass
             elif (grace and now >= end + self.lateness + self.grace and self._caught_up()
-                  and self.service.stage1_ready() and not self._still_waiting(self.next, now)):
+                  and self.service.stage1_ready() and not self._still_waiting(self.next, now) and self._read_to_end()):
                 log.warning("window [%.0f, %.0f): released after the grace with %d of %d input partitions reported "
                             "(the others had no stage-1 owner at its close)",
                             self.next * self.size, end, self.collector.reported(self.next), self.collector.n_partitions)
@@ -163,6 +163,19 @@ class Stage2:
             self._release(self._pending)
             n += 1
         return n
+
+    def _read_to_end(self) -> bool:
+        """Whether every internal partition is read up to its log end as it is now, after ``stage1_ready``:
+        the shards a stage 1 had acknowledged by then are in hand. ``_caught_up`` reads to the log end at
+        the assignment only; the shards a restarted stage 1 shipped from the backlog just after it were on the
+        topic, unread, when its windows' grace had long passed, and those windows went out empty."""
+        tps = list(self.consumer.assignment())
+        try:
+            ends = self.consumer.end_offsets(tps)
+        except Exception as err:  # noqa: BLE001 - the broker is away: wait, and ask again at the next step
+            log.debug("stage 2: internal log ends not known (%s)", err)
+            return False
+        return all(self.consumer.position(tp) >= ends.get(tp, 0) for tp in tps)
 
     def _still_waiting(self, index: int, now: float) -> bool:
         """True while a partition that promised window ``index`` (a cut) has not reported it."""
