@@ -127,7 +127,8 @@ def test_modes_need_history_and_a_lasting_change_is_learnt():
     assert c.statistic == -round(2 * R / 5 - R / 4)
 
 
-@pytest.mark.parametrize("paged", [(), (30, 31, 32, 150, 151, 152, 153, 154, 300, 301, 302, 575, 576)])
+# Pages on the first day and at the second's last window: a day that paged compares the rest of it in the recent mode.
+@pytest.mark.parametrize("paged", [(), (30, 31, 32, 150, 151, 152, 153, 154, 575)])
 def test_the_outline_counts_the_predictions_cubes_window_by_window(paged):
     """The threshold counts a prediction's share of the statistic's third cumulant from the sum of
     its coefficients cubed, each window's parts added up first (``Comparison.skew_factor``). Over
@@ -947,9 +948,35 @@ def test_days_whose_rates_differ_give_way_to_the_first_days_predictions():
     assert days_alike([0.03, 0.035, 0.032]) and not days_alike([0.03, 0.012]) and not days_alike([0.03, 0.0])
 
 
+def test_a_day_that_paged_compares_its_other_windows_with_its_own_recent_hours():
+    """After a page (or a window held) the rest of that UTC day is compared as on a first day
+    (``recent``): a day whose shape the days before do not foretell pages against their hours
+    again and again. A page yesterday, or one later in the day, changes nothing before it, and the
+    next day compares with the days before again."""
+    people = [f"p{i}" for i in range(20)]
+    rng = np.random.default_rng(5)
+    ref = RhythmReference(3600, recent_windows=4, seasonal_windows=3)
+    day = 24
+
+    def learn(j: int, paged: bool = False) -> None:
+        ref.learn_one(j, (rng.random(len(people)) < 0.2) * 4096, people, paged=paged)
+
+    for j in range(2 * day + 8):
+        learn(j, paged=j == 2 * day - 3)  # a page on the evening before
+    units = (rng.random(len(people)) < 0.2) * 4096
+    assert ref.outline(2 * day + 8)[0] == "rhythm" and ref.compare(2 * day + 8, units, people, 0, 2048).mode == "rhythm"
+    learn(2 * day + 8, paged=True)  # 08:00 pages
+    assert ref.outline(2 * day + 7)[0] == "rhythm"  # a window before the page: as it was
+    for j in range(2 * day + 9, 3 * day):
+        assert ref.outline(j)[0] == "recent" and ref.compare(j, units, people, 0, 2048).mode == "recent", j
+        learn(j)
+    assert ref.outline(3 * day)[0] == "rhythm"  # the next day
+
+
 def test_releaser_notes_whether_the_last_days_rates_were_alike():
     """The releaser keeps the daily baselines' released rates (full days after a full day, at one
-    level) and falls back where consecutive ones of the last three differ by more than DAYS_CHANGE_RATIO."""
+    level) and falls back where consecutive ones of the last three differ by more than DAYS_CHANGE_RATIO, and
+    after such a change until the same weekday a week before can say whether the next day is of its kind."""
     rel = object.__new__(WindowReleaser)
     rel.reference, rel._day_rates, rel._last_full = RhythmReference(300), [], False
     day = rel.reference.period
@@ -967,7 +994,12 @@ def test_releaser_notes_whether_the_last_days_rates_were_alike():
     assert not rel.reference.days_alike
     rel._note_day_rate(est(0.032 * up))
     assert not rel.reference.days_alike
-    rel._note_day_rate(est(0.033 * up))  # two days of its kind: alike again
+    rel._note_day_rate(est(0.033 * up))  # two days of its kind, but the first week: still not
+    assert not rel.reference.days_alike
+    for rate in (0.032, 0.031, 0.033):  # until the same weekday a week back is of the new kind too
+        rel._note_day_rate(est(rate * up))
+        assert not rel.reference.days_alike
+    rel._note_day_rate(est(0.032 * up))
     assert rel.reference.days_alike
     rel._note_day_rate(est(0.01, levels=(0.002, 0.02)))  # another level's rate starts afresh
     assert rel.reference.days_alike

@@ -8,7 +8,7 @@ linear combination of u's own earlier values, its coefficients chosen from publi
 (the mode, the calendar, the settings, which windows paged):
 
     B_ui = mean_{T_i} A_u + mean_d (mean_{Y_di} A_u - mean_{YT_di} A_u)   ("rhythm", a day of history)
-    B_ui = sum_{j in TT_i} c_ij A_uj                              ("recent", less than a day)
+    B_ui = sum_{j in TT_i} c_ij A_uj                  ("recent", less than a day, or paged today)
     B_ui = 0                                                      ("baseline", no history yet)
 
 T_i: the last ``recent_windows``; Y_di: ``seasonal_windows`` centred on i, d days back, for the
@@ -410,7 +410,7 @@ class RhythmReference:
         lower statistic)."""
         self._floor = self._oldest_read(index)
         recent = self._last(index, self.recent_windows)
-        if self.period is not None and self.days_alike:
+        if self.period is not None and self.days_alike and not self._paged_today(index):
             # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
             # Friday with another shape.
             kind = self._kind(index)
@@ -441,6 +441,14 @@ class RhythmReference:
         if steady:
             predictions.insert(0, [steady])
         return "recent", predictions, steady is not None
+
+    def _paged_today(self, index: int) -> bool:
+        """Whether a window of window ``index``'s UTC day before it paged or held (public). A day whose
+        shape the days before do not foretell (the first Saturday after a week of weekdays, a holiday)
+        pages again and again against their hours; after its first page the day's own recent windows
+        predict the rest of it, as on the first day."""
+        start = index - index % self.period
+        return any(self._windows[j][2] for j in range(start, index) if j in self._windows)
 
     def _steady_part(self, index: int) -> "tuple[list[int], np.ndarray] | None":
         """The steady line through the last ``steady_windows`` windows as a prediction part
@@ -641,14 +649,22 @@ def today_alike(rates: "dict[int, float]", today: int, ratio: float = DAYS_CHANG
     kept alike (``days_alike``) and, where the same weekday a week before was kept, that day alike
     with each of the two days before ``today``. The last days cannot say that a Saturday follows a
     week of weekdays (Friday and Thursday were alike); last Saturday's rate against them can.
+    Without that day, every day kept in the last week alike: after a change of make-up (a first
+    weekend) the days of the new kind say nothing of the day after them (the Monday after two
+    alike weekend days), until the same weekday a week back can.
 
     >>> week = {d: 0.03 for d in range(7)} | {5: 0.015, 6: 0.014}    # a weekend of half the rate
     >>> week |= {7: 0.03, 8: 0.031, 9: 0.029, 10: 0.03, 11: 0.03}     # the next week's weekdays
     >>> today_alike(week, 11), today_alike(week, 12)   # Friday compares with Thursday: Saturday not
+    (True, False)
+    >>> first = {2: 0.03, 3: 0.031, 4: 0.03, 5: 0.015, 6: 0.014, 7: 0.015}   # a deployment's first week
+    >>> today_alike(first, 5), today_alike(first, 8)   # Friday, and the day after three weekend-like days
     (True, False)
     """
     kept = sorted(d for d in rates if d < today)
     if not days_alike([rates[d] for d in kept[-DAYS_CHANGE_DAYS:]], ratio):
         return False
     week_ago = rates.get(today - WEEK_DAYS)
-    return week_ago is None or all(days_alike([week_ago, rates[d]], ratio) for d in (today - 1, today - 2) if d in rates)
+    if week_ago is None:
+        return days_alike([rates[d] for d in kept if d > today - WEEK_DAYS], ratio)
+    return all(days_alike([week_ago, rates[d]], ratio) for d in (today - 1, today - 2) if d in rates)
