@@ -20,6 +20,10 @@ SIZE, LATENESS, GRACE = 10.0, 1.0, 2.0
 
 
 class _Consumer:
+    """The internal topic read to its log end unless ``unread`` chunks are still on it."""
+
+    unread = 0
+
     def assignment(self):
         return {TopicPartition("shards", 0)}
 
@@ -28,6 +32,9 @@ class _Consumer:
 
     def position(self, tp):
         return 0
+
+    def end_offsets(self, tps):
+        return {tp: self.unread for tp in tps}
 
     def commit(self, offsets):
         pass
@@ -70,6 +77,20 @@ def test_the_grace_gives_up_only_on_partitions_without_an_owner_at_the_close():
     stage.collector.add(_shard(0, ("a",)), 1, 0)
     assert stage.release_ready(SIZE + LATENESS + 0.5) == 0  # before the grace: waits for partition 1
     assert stage.release_ready(past_grace) >= 1  # partition 1 never announced window 0
+    assert released[0].event_ids == ("a",)
+
+
+def test_the_grace_waits_for_the_shards_still_unread_on_the_internal_topic():
+    # A restarted stage 1 ships its backlog's shards once it is ready; they sit on the topic, unread,
+    # while the backlog windows' grace has long passed: releasing then would publish them empty.
+    stage, released = _stage2()
+    past_grace = SIZE + LATENESS + GRACE + 1.0
+    stage.collector.add(encode_marker("cut", 0.0, partition=0, n_partitions=2, offset=5), 0, 0)
+    stage.collector.add(_shard(0, ("a",)), 1, 0)
+    stage.consumer.unread = 3
+    assert stage.release_ready(past_grace) == 0 and released == []
+    stage.consumer.unread = 0
+    assert stage.release_ready(past_grace) >= 1
     assert released[0].event_ids == ("a",)
 
 
