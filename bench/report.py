@@ -27,6 +27,7 @@ PAGES: dict[str, str] = {
     "model-projections": "model.md",
     "model-tail": "model.md",
     "model-tail-oracle": "model.md",
+    "model-tail-depths": "model.md",
     "calibration": "calibration.md",
     "budget": "budget.md",
     "budget-reach": "budget.md",
