@@ -69,6 +69,7 @@ from bench_alarm_real import fit_set as fit_real_set  # noqa: E402
 from report import REPO, write_run  # noqa: E402
 
 from monitor.alarm.reference import trend_coefficients  # noqa: E402
+from monitor.budget.plan import pages_measured  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.rhythm import Rhythm, RowRhythm, strength_for_swing  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
@@ -316,7 +317,10 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                          expected_false_pages=float(q["expected"].sum()), expected_false_pages_day1=float(q["expected"][0]),
                          # Where the promise is spent: each quiet window's chance of paging and how it was compared.
                          quiet_chance_at=[round(float(x), 7) for x in q["chance_at"]], quiet_modes=q["modes"],
-                         quiet_first_weekday=int(start))
+                         quiet_first_weekday=int(start),
+                         # What `monitor budget` would say at the run's end (monitor.budget.plan.pages_measured).
+                         budget_warning=pages_measured([((i + 1) * size, state) for i, state in enumerate(st)], len(st) * size,
+                                                       size, config.alarm.false_pages_per_30_days)["beyond_promise"])
             if "surge" in runs:
                 s = runs["surge"]
                 starts = np.array([p.start for p in s["surges"]], dtype=int)
@@ -426,13 +430,15 @@ def by_weekday(results: list[dict]) -> str:
     lines = []
     for people, share in sorted({(r["people"], r["share"]) for r in results}):
         for label in dict.fromkeys(r["rhythm"] for r in results):
-            times = [t for r in results if (r["people"], r["share"], r["rhythm"]) == (people, share, label)
-                     for t in r.get("false_page_times", [])]
+            runs = [r for r in results if (r["people"], r["share"], r["rhythm"]) == (people, share, label) and "false_pages" in r]
+            times = [t for r in runs for t in r.get("false_page_times", [])]
             if times:
                 days = ", ".join(f"{WEEKDAYS[d]} {sum(t[0] == d for t in times)}" for d in sorted({t[0] for t in times}))
                 hours = np.bincount([int(h) // 3 for _, h in times], minlength=8)
                 spread = ", ".join(f"{3 * k:02d}-{3 * k + 3:02d} h {c}" for k, c in enumerate(hours) if c)
-                lines.append(f"- {people:,} / {label}: {days} (by hour: {spread})")
+                warned = [r["budget_warning"] for r in runs if "budget_warning" in r]
+                said = f"; `monitor budget` warns at the end of {sum(warned)} of {len(warned)} runs" if warned else ""
+                lines.append(f"- {people:,} / {label}: {days} (by hour: {spread}){said}")
     return "\n".join(lines)
 
 

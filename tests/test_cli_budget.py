@@ -210,3 +210,35 @@ def test_a_fit_the_alarm_cannot_use_says_so_as_an_error_with_advice_that_fixes_i
         assert model.rate_accuracy(fix).enough
         from monitor.alarm.calibrate import alarm_levels
         assert alarm_levels(model, settings)[1] < 0.999 * model._score_max()
+
+
+def _days_of_windows(workdir, fired: set[int], days: int = 3) -> None:  # noqa: F811
+    """``days`` of answered 5-minute windows, quiet but for the ``fired`` ones (and one held after each)."""
+    _alarm_on(workdir)
+    size = 300.0
+    with WindowLedger(workdir / "ledger.sqlite") as led:
+        for i in range(int(days * 86400 / size)):
+            state = "fired" if i in fired else "held" if i - 1 in fired else "quiet"
+            start = START + i * size
+            led.record_release(start, start + size, 0.0, 0.0, json.dumps({"alarm_detail": {"state": state}, "epsilon": 0.0}))
+        led.record_suppressed(START + days * 86400, START + days * 86400 + size, reason="budget")
+
+
+def test_budget_sets_the_pages_it_published_against_the_promise(workdir):  # noqa: F811
+    # Six pages in three days: at the promised 1 false page per 30 days, fewer than 1 % of 3-day spans draw that many.
+    _days_of_windows(workdir, fired={10, 200, 400, 500, 700, 800})
+    pages = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["stream"]["pages"]
+    assert (pages["pages"], pages["answered_days"], pages["per_30_days"], pages["beyond_promise"]) == (6, 3.0, 60.0, True)
+    res = monitor("budget", cwd=workdir)
+    row = next(ln for ln in res.stdout.splitlines() if "alarm pages, last 30 days" in ln)
+    assert "6 in 3 days answered (60 per 30 days" in row, row
+    warning = next(ln for ln in res.stdout.splitlines() if ln.startswith("Pages:"))
+    assert "paged 6 times in 3 days" in warning and "does not foresee" in warning, warning
+
+
+def test_one_page_in_three_days_is_within_what_the_promise_draws(workdir):  # noqa: F811
+    _days_of_windows(workdir, fired={100})
+    pages = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["stream"]["pages"]
+    assert (pages["pages"], pages["per_30_days"], pages["beyond_promise"]) == (1, 10.0, False)
+    assert pages["warning"] is None
+    assert not any(ln.startswith("Pages:") for ln in monitor("budget", cwd=workdir).stdout.splitlines())

@@ -99,6 +99,7 @@ def _plan_report(config: Any, now: float) -> dict[str, Any]:
 def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
     from monitor.budget.accountant import BudgetAccountant
     from monitor.budget.ledger import WindowLedger
+    from monitor.budget.plan import MEASURED_DAYS, pages_measured
 
     b = config.budget
     report_cost = config.report_cost()
@@ -149,7 +150,16 @@ def _stream_report(config: Any, at: float | None) -> dict[str, Any]:
             ],
             recent=[_recent(e) for e in entries[-RECENT_WINDOWS:]],
         )
+        if config.alarm.enabled and config.alarm.threshold is None:
+            report["pages"] = pages_measured(_states(entries, at - MEASURED_DAYS * 86400.0), at,
+                                             config.window.size_seconds, config.alarm.false_pages_per_30_days)
     return report
+
+
+def _states(entries: list, since: float) -> "list[tuple[float, str | None]]":
+    """(window_end, alarm state) of the released windows ending after ``since``, from their records."""
+    return [(e.window_end, (json.loads(e.payload).get("alarm_detail") or {}).get("state"))
+            for e in entries if e.released and e.payload and e.window_end > since]
 
 
 def _recent(e: Any) -> dict[str, Any]:
@@ -273,9 +283,13 @@ def _render(report: dict[str, Any], verbose: bool = False) -> None:
         kinds = [x["kind"] for x in s["span_charges"]]
         summary.add_row("alarm runs, pages and baselines in the period",
                         f"{kinds.count('alarm_run')} run(s), {kinds.count('alarm_page')} page(s), {kinds.count('baseline')} baseline estimate(s)")
+        if "pages" in s:
+            summary.add_row(f"alarm pages, last {s['pages']['days']} days", s["pages"]["summary"])
         summary.add_row("awaiting republish", str(s["unpublished"]))
         summary.add_row("ledger", s["ledger"])
         console.print(summary)
+        if s.get("pages", {}).get("warning"):
+            console.print(f"[bold yellow]Pages[/]: {s['pages']['warning']}.", soft_wrap=True)
         recent = Table(title="Latest windows (epsilon: all the window charged, as its record says)")
         for col in ("start", "end", "status", "alarm", "epsilon", "delta", "published"):
             recent.add_column(col, no_wrap=True)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from monitor.budget.composition import AccountantKind, Cost, fits, spend
 
 __all__ = ["BudgetPlan", "iso", "duration", "plan_from_config", "PLD_DELTA_NOTE", "visibility_report",
-           "VISIBILITY_TRAFFIC"]
+           "VISIBILITY_TRAFFIC", "pages_measured"]
 
 PLD_DELTA_NOTE = (
     "under the pld accountant the stream spends exactly what basic composition would: every charge it makes "
@@ -443,6 +443,52 @@ def visibility_report(config, record: dict | None = None, model=None, anomalies=
     if a.follow_rhythm and a.threshold is None:
         details.append(rhythm_note(a))
     return _with_details(out, details)
+
+
+MEASURED_DAYS = 30  # the promise's own span: the pages of the last 30 days
+ANSWERED = ("quiet", "fired", "held")  # the states of a window the alarm answered
+# Pages beyond the promise: fewer than 1 % of spans would draw as many false pages at the promised rate (Poisson).
+BEYOND_PROMISE_P = 0.01
+
+
+def pages_measured(windows: "list[tuple[float, str | None]]", at: float, window_seconds: float,
+                   promise: float) -> dict:
+    """The alarm's pages as it published them, over the last MEASURED_DAYS days before ``at``, against its
+    promise of ``promise`` (``alarm.false_pages_per_30_days``). ``windows``: (window_end, alarm state) of
+    the released windows. Public: the states are published; a page counts whether a real surge or not,
+    so the figure bounds the false pages from above. ``beyond_promise``: fewer than 1 % of spans as long
+    would draw as many pages if they were all false pages at the promised rate (docs/alarm.md, "When the
+    promise does not hold").
+
+    >>> day = [(300.0 * (i + 1), "quiet") for i in range(288 * 10)]
+    >>> day[100] = (day[100][0], "fired")
+    >>> m = pages_measured(day, 864000.0, 300, 1.0)
+    >>> m["pages"], m["answered_days"], m["per_30_days"], m["beyond_promise"]
+    (1, 10.0, 3.0, False)
+    >>> pages_measured(day[:100], 30000.0, 300, 1.0)["per_30_days"] is None   # less than a day answered
+    True
+    """
+    from scipy.stats import poisson
+
+    since = at - MEASURED_DAYS * 86400.0
+    states = [state for end, state in windows if since < end <= at]
+    pages = states.count("fired")
+    days = sum(state in ANSWERED for state in states) * window_seconds / 86400.0
+    per_30 = pages * MEASURED_DAYS / days if days >= 1.0 else None
+    beyond = bool(per_30 is not None and pages
+                  and poisson.sf(pages - 1, promise * days / MEASURED_DAYS) < BEYOND_PROMISE_P)
+    out = {"days": MEASURED_DAYS, "pages": pages, "answered_days": round(days, 2), "per_30_days": None if per_30 is None else round(per_30, 2),
+           "promise": promise, "beyond_promise": beyond}
+    if per_30 is None:
+        out["summary"] = f"{pages}, in less than a day answered: too little to set against the promise"
+    else:
+        out["summary"] = (f"{pages} in {days:.3g} days answered ({per_30:.2g} per 30 days; real surges and false pages "
+                          f"alike), against a promise of {promise:g} false page(s) per 30 days")
+    out["warning"] = (f"the alarm paged {pages} times in {days:.3g} days: more than false pages at the promised "
+                      f"{promise:g} per 30 days would draw in 99 % of such spans. Where they were not real surges, this "
+                      "traffic changes in ways the alarm does not foresee (docs/alarm.md, \"When the promise does not "
+                      "hold\")") if beyond else None
+    return out
 
 
 def _windows_note(config) -> str:
