@@ -64,6 +64,7 @@ PRIVACY = {
     "dp_monitor_budget_epsilon_limit": "config",
     "dp_monitor_alarm_run_epsilon": "config",
     "dp_monitor_report_cost_epsilon": "config",
+    "dp_monitor_alarm_false_pages_per_30_days": "config",
     "dp_monitor_window_size_seconds": "config",
     "dp_monitor_window_allowed_lateness_seconds": "config",
     "dp_monitor_window_publish_delay_seconds": "config",

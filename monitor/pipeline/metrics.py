@@ -87,6 +87,9 @@ class MonitorMetrics:
         self.budget_limit = Gauge(p + "budget_epsilon_limit", "Configured epsilon per period.", ["ledger"], registry=r)
         self.alarm_run_cost = Gauge(p + "alarm_run_epsilon", "Epsilon of an alarm run that pages once: its threshold and one page (config).", registry=r)
         self.report_cost = Gauge(p + "report_cost_epsilon", "Epsilon one detailed report costs (config).", registry=r)
+        self.false_pages_promise = Gauge(
+            p + "alarm_false_pages_per_30_days", "The alarm's promise: false pages per 30 days of quiet traffic "
+            "(alarm.false_pages_per_30_days; config; 0 with an absolute alarm.threshold or the alarm off: no promise).", registry=r)
         self.window_size = Gauge(p + "window_size_seconds", "Configured window length (window.size_seconds).", registry=r)
         self.window_lateness = Gauge(p + "window_allowed_lateness_seconds", "Configured wait for late events after a window's end.", registry=r)
         self.publish_delay = Gauge(p + "window_publish_delay_seconds", "Configured delay from a window's close time to its publication.", registry=r)

@@ -273,6 +273,8 @@ class MonitorService:
                                                                            cfg.metrics.operational_port)
         m.budget_limit.labels(ledger="stream").set(cfg.budget.epsilon)
         m.alarm_run_cost.set(cfg.alarm.run_epsilon)
+        if cfg.alarm.enabled and cfg.alarm.threshold is None:
+            m.false_pages_promise.set(cfg.alarm.false_pages_per_30_days)
         if self.publisher is not None:
             m.report_cost.set(self.publisher.report_cost[0])
         m.window_size.set(cfg.window.size_seconds)
