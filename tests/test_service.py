@@ -148,6 +148,9 @@ def test_releases_every_window_with_the_alert_record_and_metrics(kafka_bootstrap
     # latency (which would give each window's size) only the operators' one.
     for name in ("dp_monitor_budget_epsilon_limit", "dp_monitor_report_cost_epsilon", "dp_monitor_alarm", "dp_monitor_info"):
         assert name in metrics_text
+    # The promise DPMonitorPagesBeyondPromise reads (0 where there is none).
+    promise = cfg.alarm.false_pages_per_30_days if cfg.alarm.enabled and cfg.alarm.threshold is None else 0.0
+    assert f"dp_monitor_alarm_false_pages_per_30_days {float(promise)}" in metrics_text
     for name in ("dp_monitor_events_total", "dp_monitor_consumer_lag_messages", "dp_monitor_release_latency_seconds",
                  "dp_monitor_dead_letters_total"):
         assert name not in metrics_text
