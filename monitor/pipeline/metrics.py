@@ -137,6 +137,26 @@ class MonitorMetrics:
         self.windows_suppressed.labels(reason="budget")
         self._servers: list = []
 
+    def observe_config(self, config, report_cost: "float | None" = None) -> None:
+        """Set the config gauges the rules and the dashboard read (public), from a MonitorConfig.
+
+        >>> from monitor.config import parse_config
+        >>> m = MonitorMetrics()
+        >>> m.observe_config(parse_config({"features": [{"name": "hr", "min": 30, "max": 220}], "model": {"path": "m.json"},
+        ...                                "alarm": {"enabled": True, "false_pages_per_30_days": 2}}))
+        >>> m.registry.get_sample_value("dp_monitor_alarm_false_pages_per_30_days")
+        2.0
+        """
+        self.budget_limit.labels(ledger="stream").set(config.budget.epsilon)
+        self.alarm_run_cost.set(config.alarm.run_epsilon)
+        if report_cost is not None:
+            self.report_cost.set(report_cost)
+        self.window_size.set(config.window.size_seconds)
+        self.window_lateness.set(config.window.allowed_lateness_seconds)
+        self.publish_delay.set(config.window.publish_delay_seconds)
+        promised = config.alarm.enabled and config.alarm.threshold is None
+        self.false_pages_promise.set(config.alarm.false_pages_per_30_days if promised else 0.0)
+
     def observe_release(self, record: dict) -> None:
         """Set the private gauges from one released alert record.
 

@@ -271,15 +271,7 @@ class MonitorService:
         cfg, m = self.config, self.metrics
         self._metrics_port, self._operational_port = startup.serve_metrics(m, cfg.metrics.host, cfg.metrics.port,
                                                                            cfg.metrics.operational_port)
-        m.budget_limit.labels(ledger="stream").set(cfg.budget.epsilon)
-        m.alarm_run_cost.set(cfg.alarm.run_epsilon)
-        if cfg.alarm.enabled and cfg.alarm.threshold is None:
-            m.false_pages_promise.set(cfg.alarm.false_pages_per_30_days)
-        if self.publisher is not None:
-            m.report_cost.set(self.publisher.report_cost[0])
-        m.window_size.set(cfg.window.size_seconds)
-        m.window_lateness.set(cfg.window.allowed_lateness_seconds)
-        m.publish_delay.set(cfg.window.publish_delay_seconds)
+        m.observe_config(cfg, None if self.publisher is None else self.publisher.report_cost[0])
         from monitor import __version__
 
         m.info.labels(version=__version__, accountant=cfg.budget.accountant, mechanism=cfg.report.mechanism).set(1)
