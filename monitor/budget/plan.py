@@ -477,8 +477,8 @@ def pages_measured(windows: "list[tuple[float, str | None]]", at: float, window_
     per_30 = pages * MEASURED_DAYS / days if days >= 1.0 else None
     beyond = bool(per_30 is not None and pages
                   and poisson.sf(pages - 1, promise * days / MEASURED_DAYS) < BEYOND_PROMISE_P)
-    out = {"days": MEASURED_DAYS, "pages": pages, "answered_days": round(days, 2), "per_30_days": None if per_30 is None else round(per_30, 2),
-           "promise": promise, "beyond_promise": beyond}
+    out = {"days": MEASURED_DAYS, "pages": pages, "answered_days": round(days, 2),
+           "per_30_days": None if per_30 is None else round(per_30, 2), "promise": promise, "beyond_promise": beyond}
     if per_30 is None:
         out["summary"] = f"{pages}, in less than a day answered: too little to set against the promise"
     else:
