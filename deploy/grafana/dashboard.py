@@ -210,13 +210,13 @@ PRIVATE_PANELS: list[Builder] = [
               f"is older than 2 windows + lateness + delay. {PUB}",
               [(f"dp_monitor_window_size_seconds{SEL}", "window"), (f"dp_monitor_window_allowed_lateness_seconds{SEL}", "lateness"),
                (f"dp_monitor_window_publish_delay_seconds{SEL}", "publish delay")], "s"),
-    _analysts(stat, "Pages in 7 days / promised", 6, 3,
+    _analysts(stat, "Pages in 7 days / promised", 12, 4,
               "The alarm's pages in the last 7 days, real surges and false pages alike, and the false pages its promise "
               "allows in 7 days (alarm.false_pages_per_30_days x 7 / 30); DPMonitorPagesBeyondPromise fires where the pages "
               f"are more than false pages at that rate would draw in 99 % of weeks. {DP}",
               [(f"sum(increase(dp_monitor_alarm_pages_total{SEL}[7d]))", "pages"),
                (f"max(dp_monitor_alarm_false_pages_per_30_days{SEL}) * 7 / 30", "promised")], "none"),
-    _analysts(stat, "Build and accountant", 18, 3,
+    _analysts(stat, "Build and accountant", 24, 3,
               f"Version, accountant and count mechanism of the running monitor. {PUB}",
               [(f"dp_monitor_info{SEL}", "{{version}} {{accountant}} {{mechanism}}")], "none"),
 ]
