@@ -69,7 +69,7 @@ from bench_alarm_real import fit_set as fit_real_set  # noqa: E402
 from report import REPO, write_run  # noqa: E402
 
 from monitor.alarm.reference import trend_coefficients  # noqa: E402
-from monitor.budget.plan import pages_measured  # noqa: E402
+from monitor.budget.plan import ANSWERED, pages_measured  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.rhythm import Rhythm, RowRhythm, strength_for_swing  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
@@ -308,7 +308,7 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
                 start = first_day_of(rhythm, seed, "quiet")
                 r["false_page_times"] = [((start + i // wpd) % 7, (i % wpd) * 24 / wpd) for i, state in enumerate(st)
                                          if state == "fired"]
-                r.update(quiet_days=len(st) / wpd, false_pages=st.count("fired"), false_pages_day1=st[:wpd].count("fired"), answered=sum(s in ("quiet", "fired", "held") for s in st),
+                r.update(quiet_days=len(st) / wpd, false_pages=st.count("fired"), false_pages_day1=st[:wpd].count("fired"), answered=sum(s in ANSWERED for s in st),
                          suppressed=st.count("suppressed"), warming=st.count("warming_up"), windows=len(st),
                          swing=float(q["w"].max() / q["w"].mean()) if q["w"].mean() > 0 else float("nan"),
                          rate_min=float(live.min()), rate_max=float(live.max()),

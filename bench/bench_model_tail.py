@@ -210,14 +210,9 @@ def oracle_one(args) -> dict:
     name, size, seed = args
     from scipy.spatial import cKDTree
 
-    X, y = load(name)
-    lo, hi = X.min(axis=0), X.max(axis=0)
-    span = np.where(hi > lo, hi - lo, 1.0)
-    rng = np.random.default_rng(seed)
-    inl, out = np.flatnonzero(y == 0), np.flatnonzero(y == 1)
-    perm = rng.permutation(inl)
-    n_ref = min(size, int(REF_SHARE * inl.size))
-    R, I, O = ((X[ix] - lo) / span for ix in (perm[:n_ref], perm[n_ref:n_ref + N_THRESHOLD], out))
+    X, bounds, *rows, n_ref = split(name, size, seed)
+    lo, span = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
+    R, I, O = ((Z - lo) / span for Z in rows)
     tree = cKDTree(R)
     k_in, k_out = tree.query(I, k=5)[0][:, 4], tree.query(O, k=5)[0][:, 4]
     noise = np.random.default_rng(1000 * seed + 7)
