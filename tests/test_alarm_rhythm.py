@@ -52,22 +52,26 @@ def _without(window, person):
     return tuple(ents[i] for i in keep), units[keep]
 
 
-def _statistic(history, index, now, m, paged=(), level_slope=0.0, **kw):
+def _statistic(history, index, now, m, paged=(), level_slope=0.0, margin=0, alike=True, **kw):
     ref = RhythmReference(window_seconds=300, period_seconds=300 * 8, **kw)
+    ref.days_alike = alike
     for j, (ents, units) in enumerate(history):
         ref.learn_one(j, units, ents, paged=j in paged)
-    return ref.compare(index, now[1], now[0], m, m + ref.slack_units, level_slope=level_slope)
+    return ref.compare(index, now[1], now[0], m, m + ref.slack_units, level_slope=level_slope, level_margin=margin)
 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("m", [0, 1, 164, R // 2, R])
 @pytest.mark.parametrize("paged", [(), (4, 5, 6, 7, 13)])
 @pytest.mark.parametrize("level_slope", [0.0, 0.37, 1.0])
-def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged, level_slope):
+@pytest.mark.parametrize("margin, alike", [(0, True), (900, True), (900, False)])
+def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged, level_slope, margin, alike):
     """Removing one person (all of their events, in every window) moves the statistic by an
     integer in the run's interval [-(m + slack), R]: heavy people, partial weights, absences,
     every mode, windows that paged (filled from the other day or bridged in the day-old sets, public
-    marks), and a threshold that follows the level (``level_slope``: taken off inside each person's clip)."""
+    marks), a threshold that follows the level (``level_slope``: taken off inside each person's clip),
+    and the guards' public margins (the rhythm mode's lowest of its prediction and the day's trend; the
+    days before over the first day's predictions where the days are no guide, ``days_alike`` False)."""
     rng = np.random.default_rng(seed)
     kw = dict(recent_windows=4, seasonal_windows=3, slack=0.25)
     slack = RhythmReference(300, **kw).slack_units
@@ -75,18 +79,18 @@ def test_one_person_moves_the_statistic_within_its_interval(seed, m, paged, leve
     now = _history(rng, 12, 1, heavy=(0,))[0]
     modes = set()
     for index in (1, 6, 14, 22):  # baseline, recent, rhythm over one day and two (a period of 8 windows)
-        full = _statistic(history[:index], index, now, m, paged, level_slope, **kw)
+        full = _statistic(history[:index], index, now, m, paged, level_slope, margin, alike, **kw)
         modes.add(full.mode)
         for person in [f"p{p}" for p in range(12)]:
             less = _statistic([_without(w, person) for w in history[:index]], index, _without(now, person), m, paged,
-                              level_slope, **kw)
+                              level_slope, margin, alike, **kw)
             # The mode and the prediction's coefficients (what a run's slack is chosen by) are the
             # calendar's and the public marks', not the data's.
             assert less.mode == full.mode and less.prediction == full.prediction
             move = full.statistic - less.statistic
             assert isinstance(move, int)
             assert -(m + slack) <= move <= R, (index, person, move)
-    assert modes == {"baseline", "recent", "rhythm"}
+    assert modes == ({"baseline", "recent", "rhythm"} if alike else {"baseline", "recent"})
 
 
 def test_events_without_an_entity_are_their_own_units():
@@ -712,7 +716,7 @@ def test_from_the_second_day_the_steady_line_comes_first_and_the_rhythm_predicti
     for index, side in ((576 + 108, 1), (576 + 130, -1)):  # on the ramp; 10 windows after its end
         ref = ref_for(ramp, index)
         now = np.array([ramp(index)])
-        line36, rhythm = ref._statistics(ref._sets(index, steady_line=True)[1], now, ["a"], 0, 4096, 0.0)
+        line36, rhythm, trend = ref._statistics(ref._sets(index, steady_line=True)[1], now, ["a"], 0, 4096, 0.0)
         assert rhythm == 0 and side * line36 > 100  # the days before know the ramp; the line lags it, then overshoots
         assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200,
                            steady_line=True).statistic == side * 20
@@ -946,6 +950,54 @@ def test_days_whose_rates_differ_give_way_to_the_first_days_predictions():
     ref.days_alike = False
     assert ref.outline(3 * 24)[0] == "recent" and ref.compare(3 * 24, units, people, 0, 2048).mode == "recent"
     assert days_alike([0.03, 0.035, 0.032]) and not days_alike([0.03, 0.012]) and not days_alike([0.03, 0.0])
+
+
+def _one_person(level: Callable[[int], int], upto: int, **kw) -> RhythmReference:
+    ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10, **kw)
+    for j in range(upto):
+        ref.learn_one(j, np.array([level(j)]), ["a"])
+    return ref
+
+
+def test_a_morning_that_rises_sooner_than_the_days_before_is_not_a_surge():
+    """In the rhythm mode the day's own trend (the 10-window line) guards the prediction from above,
+    within a tenth of the margin: a ramp that starts 10 windows sooner than on the days before (a
+    Monday after a weekend, a morning of a real demand curve) stands 200 units over what the days
+    before predict, and its trend follows it exactly. A jump at the hour the days before had it is
+    above the trend and not above them: the lower of the two (the surge test below)."""
+    day = 288
+    ramp = lambda start: (lambda j: 400 + 40 * min(20, max(0, j % day - start)))  # noqa: E731
+    usual = ramp(100)
+    today = lambda j: usual(j) if j < 2 * day else ramp(90)(j)  # noqa: E731
+    index = 2 * day + 100
+    ref = _one_person(today, index)
+    now = np.array([today(index)])
+    rhythm, trend = ref._statistics(ref._sets(index)[1], now, ["a"], 0, 4096, 0.0)
+    assert ref.outline(index)[0] == "rhythm" and rhythm > 200 and trend == 0
+    assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 20
+    # A surge stands above both: its statistic is the rhythm prediction's (the threshold's).
+    surge, high = _one_person(usual, index), np.array([usual(index) + 3000])
+    rhythm, trend = surge._statistics(surge._sets(index)[1], high, ["a"], 0, 4096, 0.0)
+    assert rhythm > 2900 and trend > rhythm
+    assert surge.compare(index, high, ["a"], m=0, low_units=4096, level_margin=200).statistic == rhythm
+
+
+def test_days_that_are_no_guide_still_guard_the_first_days_trend():
+    """Where the days before are no guide to the day as a whole (``days_alike`` False, or the day
+    paged), the first day's predictions compare, and the days before hold them from above within a
+    tenth of the margin, as the trend holds the rhythm mode: a step at the hour it came on the days
+    before stands far above the trend but within the days before's own error."""
+    day = 288
+    step = lambda j: 400 if j % day < 100 else 2400  # noqa: E731
+    index = 2 * day + 100
+    ref = _one_person(step, index)
+    ref.days_alike = False
+    now = np.array([step(index)])
+    trend, days_before, level = ref._statistics(ref._sets(index)[1], now, ["a"], 0, 4096, 0.0)
+    assert ref.outline(index)[0] == "recent" and trend == level == 2000 and days_before < 1000
+    assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == days_before + 20
+    ref.days_alike = True
+    assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == days_before
 
 
 def test_a_day_that_paged_compares_its_other_windows_with_its_own_recent_hours():

@@ -15,8 +15,8 @@ T_i: the last ``recent_windows``; Y_di: ``seasonal_windows`` centred on i, d day
 last SEASONAL_DAYS days; YT_di the recent windows before those. The recent mode's line through
 ``steady_windows`` is held by the line through ``trend_windows`` and that line by the level,
 each within a public margin; from the second day the steady line comes first where the
-release asks (``steady_line``). Windows that paged or held
-(``learn_one(paged=...)``) are bridged or filled (``_bridged``). Each rule's reason and the
+release asks (``steady_line``); each mode is held from above by the other's prediction. Windows
+that paged or held (``learn_one(paged=...)``) are bridged or filled (``_bridged``). Each rule's reason and the
 figures that chose it: docs/alarm.md and docs/benchmarks/alarm-rhythm.md ("Trial history").
 
 The statistic is a_i = sum_u clip(A_ui - B_ui - beta P_ui, -L, 1) in integer units of
@@ -406,41 +406,56 @@ class RhythmReference:
         """The mode, its predictions, each a list of parts (windows, their coefficients), and
         whether the first is the steady line, which its guards hold from both sides: public (the
         calendar, which windows the monitor released and ``steady_line``, as in ``outline``). The
-        first prediction is the mode's own; the recent mode adds the level (``compare`` takes the
-        lower statistic)."""
+        first prediction is the mode's own and gives the threshold; the others guard it (``compare``
+        takes the lowest statistic, each guard's with its margin): in the rhythm mode the day's own
+        trend, in the recent mode the days before where there are any, and the level."""
         self._floor = self._oldest_read(index)
-        recent = self._last(index, self.recent_windows)
-        if self.period is not None and self.days_alike and not self._paged_today(index):
-            # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
-            # Friday with another shape.
-            kind = self._kind(index)
-            days = [d for d in range(1, SEASONAL_DAYS + 1) if self._kind(index - d * self.period) == kind]
-            # A marked window of one day-old set is filled from the same hour of the other days kept, nearest first.
-            shapes = [p for p in (self._day_shape(index - d * self.period,
-                                                  [(d - e) * self.period for e in sorted(days, key=lambda e: abs(e - d)) if e != d])
-                                  for d in days) if p]
-            if len(recent) == self.recent_windows and shapes:
-                # The level now, plus the shape: at this hour minus the hour before, averaged over
-                # the days there are (a surge one day weighs half as much with two).
-                parts = [(recent, np.full(len(recent), 1.0 / len(recent)))]
-                for (same, c_same), (before, c_before) in shapes:
-                    parts += [(same, c_same / len(shapes)), (before, -c_before / len(shapes))]
-                # The steady line first where it has its windows, this prediction holding it (``compare``).
-                steady = self._steady_part(index) if steady_line else None
-                return "rhythm", ([[steady], parts] if steady else [parts]), steady is not None
-        # Less than a day of history: the recent level and its trend, extrapolated to this
-        # window (least squares over the last trend_windows windows), so a rising hour is not a surge.
+        days_before = self._days_before(index)
+        # The recent level and its trend, extrapolated to this window (least squares over the last
+        # trend_windows windows), so a rising hour is not a surge.
         recent = self._last(index, self.trend_windows)
-        if 2 * len(recent) < self.trend_windows or len(recent) < 2:  # a line needs two windows
+        trend = (self._first_day_part(recent, trend_coefficients(recent, index))
+                 if 2 * len(recent) >= self.trend_windows and len(recent) >= 2 else None)  # a line needs two windows
+        if days_before is not None and self.days_alike and not self._paged_today(index):
+            # The steady line first where it has its windows, this prediction holding it; the day's own
+            # trend over it: a day whose morning rises sooner or faster than the days before did is not a surge.
+            steady = self._steady_part(index) if steady_line else None
+            predictions = ([[steady]] if steady else []) + [days_before] + ([[trend]] if trend else [])
+            return "rhythm", predictions, steady is not None
+        # Less than a day of history, or days that are no guide: the first day's predictions, the days
+        # before (where there are any) over them as the trend is over the rhythm mode's.
+        if trend is None:
             return "baseline", [], False
-        sets = [(recent, trend_coefficients(recent, index)), (recent, np.full(len(recent), 1.0 / len(recent)))]
-        predictions = [[self._first_day_part(ws, c)] for ws, c in sets]
+        predictions = [[trend]] + ([days_before] if days_before is not None else [])
+        predictions.append([self._first_day_part(recent, np.full(len(recent), 1.0 / len(recent)))])
         # The steady line first (the smallest spread on steady traffic; the short line guards its
         # bends), once at least half of its windows were kept.
         steady = self._steady_part(index)
         if steady:
             predictions.insert(0, [steady])
         return "recent", predictions, steady is not None
+
+    def _days_before(self, index: int) -> "Prediction | None":
+        """The rhythm mode's prediction of window ``index``: the level of the last ``recent_windows``
+        plus the shape, at this hour minus the hour before, averaged over the days there are (a surge
+        one day weighs half as much with two); None before a day of history (module docstring)."""
+        recent = self._last(index, self.recent_windows)
+        if self.period is None or len(recent) < self.recent_windows:
+            return None
+        # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
+        # Friday with another shape.
+        kind = self._kind(index)
+        days = [d for d in range(1, SEASONAL_DAYS + 1) if self._kind(index - d * self.period) == kind]
+        # A marked window of one day-old set is filled from the same hour of the other days kept, nearest first.
+        shapes = [p for p in (self._day_shape(index - d * self.period,
+                                              [(d - e) * self.period for e in sorted(days, key=lambda e: abs(e - d)) if e != d])
+                              for d in days) if p]
+        if not shapes:
+            return None
+        parts = [(recent, np.full(len(recent), 1.0 / len(recent)))]
+        for (same, c_same), (before, c_before) in shapes:
+            parts += [(same, c_same / len(shapes)), (before, -c_before / len(shapes))]
+        return parts
 
     def _paged_today(self, index: int) -> bool:
         """Whether a window of window ``index``'s UTC day before it paged or held (public). A day whose
@@ -502,7 +517,10 @@ class RhythmReference:
         steady line (``steady_windows``), its statistic held within a tenth of ``level_margin``
         (``GUARD_DIVISOR``) of the trend's, and the level's plus ``level_margin`` where lower. In
         the rhythm mode, with ``steady_line`` (public, as in ``outline``), the steady line's
-        statistic held within that tenth of the rhythm prediction's. Each of these is a minimum or
+        statistic held within that tenth of the rhythm prediction's. Over them, the other mode's
+        own prediction plus that tenth, where lower: the trend's in the rhythm mode (a morning that
+        rises sooner than the days before did), the days before's in the recent mode (a step at the
+        hour the days before had it, on a day whose rates differ). Each of these is a minimum or
         maximum of statistics that one person moves within the run's interval, plus public
         margins, so it moves within that interval too."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
@@ -519,17 +537,20 @@ class RhythmReference:
         # The level (last) counts where it is lower by the margin; the short line under the steady one
         # where it is lower by a share of it (at 0 its own noise took the steady line's smaller spread back).
         guard_margin = int(level_margin) // GUARD_DIVISOR
-        if steady and mode == "rhythm":
-            # The rhythm prediction holds the steady line from both sides: the line lags the day's ramps and
-            # overshoots their ends, where the days before predict them.
-            (rhythm,) = others
-            first, others = min(max(first, rhythm - guard_margin), rhythm + guard_margin), []
-        elif steady:
-            # The short line holds the steady line from below too: after a bend (3 hours after a ramp, the
-            # line through the ramp and the flat overshoots) it stood under the lower guard and missed
-            # the surges there (docs/benchmarks/alarm-rhythm.md, "Trial history").
-            first = max(first, min(others[:-1]) - guard_margin)
-        margins = [guard_margin] * (len(others) - 1) + [int(level_margin)]
+        if mode == "rhythm":
+            if steady:
+                # The rhythm prediction holds the steady line from both sides: the line lags the day's ramps and
+                # overshoots their ends, where the days before predict them.
+                rhythm, *others = others
+                first = min(max(first, rhythm - guard_margin), rhythm + guard_margin)
+            margins = [guard_margin] * len(others)  # the day's own trend
+        else:
+            if steady:
+                # The short line (and the days before) hold the steady line from below too: after a bend (3 hours
+                # after a ramp, the line through the ramp and the flat overshoots) it stood under the lower guard
+                # and missed the surges there (docs/benchmarks/alarm-rhythm.md, "Trial history").
+                first = max(first, min(others[:-1]) - guard_margin)
+            margins = [guard_margin] * (len(others) - 1) + [int(level_margin)]
         statistic = min([first] + [s + margin for s, margin in zip(others, margins)])
         squares, cubes, prediction = _described(predictions)
         return Comparison(statistic, mode, squares, self.trend_error if mode == "recent" else 0.0, slope, cubes, prediction)
