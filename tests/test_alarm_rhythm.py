@@ -983,10 +983,10 @@ def test_a_morning_that_rises_sooner_than_the_days_before_is_not_a_surge():
 
 
 def test_days_that_are_no_guide_still_guard_the_first_days_trend():
-    """Where the days before are no guide to the day as a whole (``days_alike`` False, or the day
-    paged), the first day's predictions compare, and the days before hold them from above within a
-    tenth of the margin, as the trend holds the rhythm mode: a step at the hour it came on the days
-    before stands far above the trend but within the days before's own error."""
+    """Where the days before are no guide to the day as a whole (``days_alike`` False), the first
+    day's predictions compare, and the days before hold them from above within a tenth of the
+    margin, as the trend holds the rhythm mode: a step at the hour it came on the days before stands
+    far above the trend but within the days before's own error."""
     day = 288
     step = lambda j: 400 if j % day < 100 else 2400  # noqa: E731
     index = 2 * day + 100
@@ -998,6 +998,24 @@ def test_days_that_are_no_guide_still_guard_the_first_days_trend():
     assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == days_before + 20
     ref.days_alike = True
     assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == days_before
+
+
+def test_a_day_that_paged_is_not_held_by_the_days_before():
+    """After a page today the days before did not foretell the day, so they no longer hold its
+    first day's predictions: the same step as above, on days alike, is compared with the day's own
+    trend and level only (on steady traffic the days before's hold cost 4 % of the later surges of a
+    day that had paged)."""
+    day = 288
+    step = lambda j: 400 if j % day < 100 else 2400  # noqa: E731
+    index = 2 * day + 100
+    ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, trend_windows=10)
+    for j in range(index):
+        ref.learn_one(j, np.array([step(j)]), ["a"], paged=j == 2 * day + 40)
+    now = np.array([step(index)])
+    mode, predictions, _ = ref._sets(index)
+    trend, level = ref._statistics(predictions, now, ["a"], 0, 4096, 0.0)
+    assert mode == "recent" and trend == level == 2000
+    assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 2000
 
 
 def test_a_day_that_paged_compares_its_other_windows_with_its_own_recent_hours():

@@ -416,17 +416,21 @@ class RhythmReference:
         recent = self._last(index, self.trend_windows)
         trend = (self._first_day_part(recent, trend_coefficients(recent, index))
                  if 2 * len(recent) >= self.trend_windows and len(recent) >= 2 else None)  # a line needs two windows
-        if days_before is not None and self.days_alike and not self._paged_today(index):
+        paged_today = self._paged_today(index)
+        if days_before is not None and self.days_alike and not paged_today:
             # The steady line first where it has its windows, this prediction holding it; the day's own
             # trend over it: a day whose morning rises sooner or faster than the days before did is not a surge.
             steady = self._steady_part(index) if steady_line else None
             predictions = ([[steady]] if steady else []) + [days_before] + ([[trend]] if trend else [])
             return "rhythm", predictions, steady is not None
-        # Less than a day of history, or days that are no guide: the first day's predictions, the days
-        # before (where there are any) over them as the trend is over the rhythm mode's.
+        # Less than a day of history, days that are no guide, or a day that paged: the first day's
+        # predictions. On days that are no guide the days before (where there are any) hold them, as the
+        # trend holds the rhythm mode's; not after a page today, whose day the days before did not foretell
+        # (on steady traffic they then held down 3 % of the day's later surges).
         if trend is None:
             return "baseline", [], False
-        predictions = [[trend]] + ([days_before] if days_before is not None else [])
+        guard = days_before is not None and not paged_today
+        predictions = [[trend]] + ([days_before] if guard else [])
         predictions.append([self._first_day_part(recent, np.full(len(recent), 1.0 / len(recent)))])
         # The steady line first (the smallest spread on steady traffic; the short line guards its
         # bends), once at least half of its windows were kept.
