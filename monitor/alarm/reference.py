@@ -410,14 +410,15 @@ class RhythmReference:
         takes the lowest statistic, each guard's with its margin): in the rhythm mode the day's own
         trend, in the recent mode the days before where there are any, and the level."""
         self._floor = self._oldest_read(index)
-        days_before = self._days_before(index)
+        paged_today = self._paged_today(index)
+        # Neither mode reads the days before after a page today.
+        days_before = None if paged_today else self._days_before(index)
         # The recent level and its trend, extrapolated to this window (least squares over the last
         # trend_windows windows), so a rising hour is not a surge.
         recent = self._last(index, self.trend_windows)
         trend = (self._first_day_part(recent, trend_coefficients(recent, index))
                  if 2 * len(recent) >= self.trend_windows and len(recent) >= 2 else None)  # a line needs two windows
-        paged_today = self._paged_today(index)
-        if days_before is not None and self.days_alike and not paged_today:
+        if days_before is not None and self.days_alike:
             # The steady line first where it has its windows, this prediction holding it; the day's own
             # trend over it: a day whose morning rises sooner or faster than the days before did is not a surge.
             steady = self._steady_part(index) if steady_line else None
@@ -429,8 +430,7 @@ class RhythmReference:
         # (on steady traffic they then held down 3 % of the day's later surges).
         if trend is None:
             return "baseline", [], False
-        guard = days_before is not None and not paged_today
-        predictions = [[trend]] + ([days_before] if guard else [])
+        predictions = [[trend]] + ([days_before] if days_before is not None else [])
         predictions.append([self._first_day_part(recent, np.full(len(recent), 1.0 / len(recent)))])
         # The steady line first (the smallest spread on steady traffic; the short line guards its
         # bends), once at least half of its windows were kept.
