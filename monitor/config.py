@@ -339,8 +339,9 @@ class ReportSettings(_Strict):
     """A window's detailed report (docs/design.md#the-report, docs/report.md): on a page, and on a public schedule.
 
     The shipped report says where: the event count, the alarm's flagged count, and the
-    flagged events counted by the feature (the model's one-feature grids) that finds each
-    one most unusual, naming the features that carry them. The seed's distance-based outlier count and top-h
+    flagged events counted by the feature that finds each one most unusual (by the model's
+    one-feature grids, or by how far moving that feature lowers its score), naming the features
+    that carry them. The seed's distance-based outlier count and top-h
     subspaces are off by default: at a share of a 0.3 report their 95 % intervals are far
     wider than anything a window holds (``noise_problems`` refuses such a setting).
     """
@@ -362,8 +363,8 @@ class ReportSettings(_Strict):
     epsilon_events: float = Field(0.03, gt=0, description="Epsilon of the report's event count (sensitivity 1).")
     epsilon_flagged: float = Field(0.05, gt=0, description="Epsilon of the count of flagged events, at the alarm's threshold (sensitivity 1).")
     epsilon_grids: float = Field(
-        0.2, gt=0, description="Epsilon of the report's 'where': the flagged events counted by the feature (the model's "
-        "one-feature grids; else its grids) that finds each most unusual. Each event is in one part, so the whole "
+        0.2, gt=0, description="Epsilon of the report's 'where': the flagged events counted by the feature that finds each "
+        "most unusual (by the model's one-feature grids, or by how far moving that feature lowers its score). Each event is in one part, so the whole "
         "histogram is one release of sensitivity 1 (Laplace on every part)."
     )
     epsilon_normal_parts: float | None = Field(

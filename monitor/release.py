@@ -111,7 +111,7 @@ class WindowReleaser:
                                 slack_units=None if self.reference is None else self.reference.slack_units)
         # Public post-processing of the model: each grid's own threshold at the alarm's rate
         # (which grid's flags rose is what a report points at).
-        # The report's parts: the model's grids, or the features of its one joint grid (``report_parts``).
+        # The report's parts: the model's grids, or the features of its joint grids (``report_parts``).
         part_features = model.report_parts() if hasattr(model, "report_parts") else [
             tuple(int(f) for f in g.features) for g in getattr(model, "grids_", ())]
         self.n_grids = len(part_features)

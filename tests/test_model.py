@@ -123,9 +123,9 @@ def test_thirty_dimensions_dense_and_one_big_sparse_grid():
     b30 = [(0, 1)] * 30
     m = GridKNN(bounds=b30, random_state=8).fit(X)
     # 3,000 rows (about 2,250 in the grids): n * epsilon affords 79 grids of 27 cells. The tail
-    # rule wants each of 30 features in about 3 joint grids (at most 24) and 16 one-feature
-    # grids; the v4 rule 16 joint grids (about 2 a feature) and the same 16.
-    assert len(m.grids_) == 40 and sum(len(g) == 3 for g in m.groups_) == 24
+    # rule wants each of 30 features in about 3 joint grids (at most 24) and no one-feature grid;
+    # the v4 rule 16 joint grids (about 2 a feature) and 16 one-feature grids.
+    assert len(m.grids_) == 24 and sum(len(g) == 3 for g in m.groups_) == 24
     v4 = GridKNN(bounds=b30, random_state=8, layout_rule="v4").fit(X)
     assert len(v4.grids_) == 32 and sum(len(g) == 3 for g in v4.groups_) == 16
     s = m.score_samples(np.vstack([np.full(30, 0.5), np.full(30, 0.02)]))

@@ -191,17 +191,21 @@ def test_the_fine_grid_sees_joint_outliers_that_the_v4_rule_misses():
     assert tprs["tail"] >= 0.9 and tprs["tail"] > tprs["v4"] + 0.2, tprs
 
 
-def test_many_features_get_more_joint_grids_only_beside_every_one_feature_grid():
-    # From 12 features the tail rule wants each feature in about 3 joint grids (v4: 2), but
-    # never at the cost of a one-feature grid: with fewer rows it is the v4 layout.
+def test_many_features_get_joint_grids_only():
+    # From 12 features the tail rule puts each feature in about 3 joint grids (v4: 2) and gives no
+    # one-feature grid (v4: one a feature): the v4 rule's joint grids first, then more as n affords.
     big, big4 = default_layout(16, 0.95, 2250), default_layout(16, 0.95, 2250, rule="v4")
-    joint = [g for g in big.groups if len(g) == 3]
-    assert len(joint) == 16 and sum(len(g) == 1 for g in big.groups) == 16
+    assert [len(g) for g in big.groups] == [3] * 16
     assert sum(len(g) == 3 for g in big4.groups) == 11 and sum(len(g) == 1 for g in big4.groups) == 16
-    assert big.groups[:len(big4.groups) - 16] == big4.groups[:11]  # the same first grids, then more
-    for d, n in ((32, 900), (21, 745), (16, 750)):
-        assert default_layout(d, 0.95, n).groups == default_layout(d, 0.95, n, rule="v4").groups
+    assert big.groups[:11] == big4.groups[:11]  # the same first grids, then more
+    for d, n, joint in ((32, 900, 24), (21, 745, 21), (16, 750, 16), (64, 690, 24), (12, 200, 7)):
+        lay = default_layout(d, 0.95, n)
+        assert [len(g) for g in lay.groups] == [3] * joint
+        if 3 * joint >= d:  # the first cover holds every feature (optdigits' 64: 22 windows, then 2 bagged)
+            assert sorted({f for g in lay.groups for f in g}) == list(range(d))
     assert default_layout(11, 0.95, 10**6).groups == default_layout(11, 0.95, 10**6, rule="v4").groups
+    # an explicit number of one-feature grids still gets them
+    assert sum(len(g) == 1 for g in default_layout(16, 0.95, 2250, marginals=16).groups) == 16
 
 
 def test_monitor_fit_takes_the_layout_rule_from_the_config(tmp_path, capsys):
@@ -222,3 +226,23 @@ def test_monitor_fit_takes_the_layout_rule_from_the_config(tmp_path, capsys):
         assert (len(m.grids_) == 1) if bins is None else (m.grid_bins_ == bins)
     with pytest.raises(ConfigError, match=r"model\.layout_rule"):
         parse_config({"features": [{"name": n, "min": 0, "max": 100} for n in "abc"], "model": {"layout_rule": "quadtree"}})
+
+
+def test_a_model_of_joint_grids_only_draws_its_sample_given_the_features_already_drawn():
+    """The model's public sample (calibration's prior, the sight probe, the report's normal parts)
+    draws each joint grid given the features earlier grids set, where the layout has no one-feature
+    grid: in the layout's order the disjoint first windows would set their features independently,
+    and on correlated data such points score far above the real rows."""
+    rng = np.random.default_rng(0)
+    X = np.clip(50 + 15 * rng.normal(0, 1, (3000, 1)) + rng.normal(0, 2, (3000, 12)), 0, 100)
+    m = GridKNN(epsilon=1.0, bounds=[(0, 100)] * 12, random_state=0).fit(X)
+    assert all(len(g.features) == 3 for g in m.grids_)
+    order = [g.features for g, _ in m._synthesis_order()]
+    assert sorted(order) == sorted(g.features for g in m.grids_)
+    for i in range(1, len(order)):  # each grid shares a feature with those drawn before it, while one does
+        before = {f for g in order[:i] for f in g}
+        assert set(order[i]) & before or not any(set(g) & before for g in order[i:])
+    U = m._synthetic(np.random.default_rng(1))
+    assert np.corrcoef(U[:, 0], U[:, 11])[0, 1] > 0.5  # windows 0-2 and 9-11 drawn given each other
+    v4 = GridKNN(epsilon=1.0, bounds=[(0, 100)] * 12, random_state=0, layout_rule="v4").fit(X)
+    assert [g.features for g, _ in v4._synthesis_order()] == [g.features for g in v4.grids_]

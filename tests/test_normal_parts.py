@@ -148,13 +148,7 @@ def test_a_model_of_one_joint_grid_reports_by_feature(tmp_path):
     each flagged event goes to the one whose change to its most usual value beside the others
     lowers the score most (``GridKNN.part_scores``): one part per event, so the histogram's
     sensitivity is unchanged, and a surge in one feature is named."""
-    import json
-
-    from monitor.budget import BudgetAccountant, WindowLedger
-    from monitor.config import parse_config
     from monitor.model import GridKNN
-    from monitor.pipeline.windows import ClosedWindow
-    from monitor.release import WindowReleaser
 
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.normal(75, 10, 8000), rng.normal(96, 1.5, 8000)])
@@ -165,19 +159,62 @@ def test_a_model_of_one_joint_grid_reports_by_feature(tmp_path):
     probe = np.array([[200.0, 96.0], [75.0, 72.0], [200.0, 72.0], [75.0, 96.0]])
     scores = model.part_scores(probe)
     assert scores.shape == (4, 2) and np.all(scores >= 0) and scores[0, 0] > scores[0, 1] and scores[1, 1] > scores[1, 0]
+    config, releaser = _reporting_releaser(tmp_path, model, [{"name": "hr", "min": 30, "max": 220},
+                                                              {"name": "spo2", "min": 70, "max": 100}])
+    assert releaser.grid_names == ["hr", "spo2"] and releaser.report_cost == config.report_cost()
+    window = np.column_stack([rng.normal(75, 10, 1500), rng.normal(96, 1.5, 1500)])
+    window[:300, 0] = rng.uniform(170, 210, 300)  # a surge in heart rate alone
+    assert _where(releaser, window)["features"] == ["hr"]
+
+
+def _reporting_releaser(tmp_path, model, features: list[dict]):
+    """(config, WindowReleaser) reporting on every 300 s window, alarm off, a fresh ledger."""
+    from monitor.budget import BudgetAccountant, WindowLedger
+    from monitor.config import parse_config
+    from monitor.release import WindowReleaser
+
     config = parse_config({
-        "features": [{"name": "hr", "min": 30, "max": 220}, {"name": "spo2", "min": 70, "max": 100}],
+        "features": features,
         "window": {"size_seconds": 300},
         "alarm": {"enabled": False},
         "report": {"every_seconds": 300, "on_alarm": False},
         "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "epsilon": 50.0},
     })
     b = config.budget
-    releaser = WindowReleaser(config, BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta, b.period_seconds),
-                              model, rng=1)
-    assert releaser.grid_names == ["hr", "spo2"] and releaser.report_cost == config.report_cost()
-    window = np.column_stack([rng.normal(75, 10, 1500), rng.normal(96, 1.5, 1500)])
-    window[:300, 0] = rng.uniform(170, 210, 300)  # a surge in heart rate alone
+    return config, WindowReleaser(config, BudgetAccountant(WindowLedger(b.ledger), b.epsilon, b.delta,
+                                                           b.period_seconds), model, rng=1)
+
+
+def _where(releaser, window: np.ndarray) -> dict:
+    """The report's 'where' of one released window."""
+    import json
+
+    from monitor.pipeline.windows import ClosedWindow
+
     rec = json.loads(releaser.release(ClosedWindow(0.0, 300.0, window, np.zeros(0, bool), ()), released_at=300.0)
                      .entry.payload)
-    assert rec["report"]["where"]["features"] == ["hr"], rec["report"]["where"]
+    return rec["report"]["where"]
+
+
+def test_a_model_of_many_features_reports_by_feature(tmp_path):
+    """From 12 features the model is joint grids only (docs/model.md), so its report parts are the
+    features, attributed as for one joint grid. With 12 features it has 12 grids: the report must
+    still read each feature's drop, not a grid's calibration histogram of the same index."""
+    from monitor.model import GridKNN
+    from monitor.report.where import grid_unusual
+
+    rng = np.random.default_rng(1)
+    names = [f"f{i}" for i in range(12)]
+    model = GridKNN(epsilon=1.0, bounds=[(0, 100)] * 12, contamination=0.05, random_state=0,
+                    feature_names=names).fit(rng.normal(50, 5, (3000, 12)))
+    assert all(len(g.features) == 3 for g in model.grids_) and len(model.grids_) == 12
+    assert not model.parts_are_grids() and model.report_parts() == [(i,) for i in range(12)]
+    probe = rng.normal(50, 5, (120, 12))
+    off = np.arange(120) % 12
+    probe[np.arange(120), off] = 95.0
+    assert (grid_unusual(model, probe, model.part_thresholds(0.05)).argmax(axis=1) == off).mean() >= 0.95
+    _, releaser = _reporting_releaser(tmp_path, model, [{"name": n, "min": 0, "max": 100} for n in names])
+    assert releaser.grid_names == names
+    window = rng.normal(50, 5, (1500, 12))
+    window[:300, 3] = rng.uniform(85, 95, 300)  # a surge in f3 alone
+    assert _where(releaser, window)["features"] == ["f3"]

@@ -71,9 +71,8 @@ FINE_MAX_D = 4  # tail: up to this many features, one joint grid over all of the
 FINE_MIN_BINS = 6  # ... when the arithmetic gives it at least this many bins per axis ...
 FINE_MAX_BINS = 64  # ... and at most this many, and at most FINE_MAX_CELLS cells: every cell is noised
 FINE_MAX_CELLS = 1 << 16  # one by one (the dense path, keep-threshold 0: the tail's few-record cells stay)
-COVERAGE_MANY, MAX_GRIDS_MANY, MANY_D = 3, 24, 12  # tail: from MANY_D features, each feature in
-# about 3 joint grids, at most 24, where n affords them beside every one-feature grid (many-feature
-# outliers lie in joint structure: measured, docs/model.md)
+COVERAGE_MANY, MAX_GRIDS_MANY, MANY_D = 3, 24, 12  # tail: from MANY_D features, joint grids only, each
+# feature in about 3 of them, at most 24 (many-feature outliers lie in joint structure: measured, docs/model.md)
 RHO_FINE = 4.0  # ... sized so that its average cell holds RHO_FINE noise scales (measured, docs/benchmarks/model.md)
 SIZE_SHARE = 0.05  # share of the fit's epsilon spent on the noisy reference size n
 LAYOUT_SEED = 0  # public seed of the bagged feature draws
@@ -176,9 +175,11 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
     Explicit arguments override the rule: ``group_size``, ``bins`` and ``n_grids`` apply
     to the joint grids, ``marginals`` is the number of 1-feature grids (0 = none).
     ``rule``: "tail" (the default) or "v4" (the rule before the tail rule: k includes sqrt(n),
-    never a fine joint grid). They differ in two places only:
+    never a fine joint grid). They differ in three places only:
     - k = max(K_MIN, K_NOISE * G / epsilon, K_SQRT_TAIL * sqrt(n)) under "tail" (half the
       v4 rule's sqrt(n) term);
+    - "tail", d >= MANY_D and no explicit ``marginals``: joint grids only, about
+      COVERAGE_MANY a feature (at most MAX_GRIDS_MANY) as far as n affords them;
     - "tail", 2 <= d <= FINE_MAX_D and no explicit group_size / n_grids / marginals: when
       one grid over all d features gets at least FINE_MIN_BINS bins per axis with RHO_FINE
       noise scales in its average cell (bins^d <= n epsilon / RHO_FINE), the layout is that
@@ -204,12 +205,17 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
             kk = k if k is not None else max(K_MIN, k_noise / e, k_sqrt * math.sqrt(n))
             return Layout((tuple(range(d)),), (b1,), float(kk), int(depth if depth is not None else 2))
     mj_want, mm_want = _grid_counts(d, p)
+    if rule == "tail" and d >= MANY_D:
+        # Many features: single-feature rarity is common among normal rows (a digit's stray pixel), and
+        # one-feature grids then flag it before the joint shapes outliers differ in (optdigits' zeros:
+        # 0.02 -> 0.25 of exact kNN at 1 %, pendigits 0.52 -> 0.59; measured, docs/model.md).
+        mm_want = 0
     if marginals is not None:
         mm_want = min(marginals, d) if d > 1 else 0
     fit = math.floor(n * e / (RHO * MIN_BINS**p))  # grids whose coarsest cells hold RHO noise scales
     if rule == "tail":
-        # The extra joint grids of many features only where n affords them beside every
-        # one-feature grid: displacing those cost letter's AUROC (0.656 -> 0.621 of kNN's).
+        # The extra joint grids of many features only where n affords them beside the one-feature
+        # grids asked for (none by default from MANY_D features).
         mj_want = max(mj_want, min(_grid_counts(d, p, rule)[0], fit - mm_want))
     if n_grids is not None:
         mj_want = n_grids

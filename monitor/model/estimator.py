@@ -333,20 +333,26 @@ class GridKNN:
         return out
 
     def report_parts(self) -> list[tuple[int, ...]]:
-        """The features each part of a report's "where" names (public: the layout): each grid's,
-        or each feature alone for a model of one joint grid, which cannot say by itself which of
-        its features makes an event unusual (``part_scores`` then tells)."""
+        """The features each part of a report's "where" names (public: the layout): each grid's
+        where the layout has at least two one-feature grids (the report counts by those), else
+        each feature of its joint grids alone: a joint grid cannot say by itself which of its
+        features makes an event unusual (``part_scores`` then tells)."""
         self._check_fitted()
-        if len(self.grids_) == 1 and len(self.grids_[0].features) > 1:
-            return [(int(f),) for f in self.grids_[0].features]
-        return [tuple(int(f) for f in g.features) for g in self.grids_]
+        if self.parts_are_grids():
+            return [tuple(int(f) for f in g.features) for g in self.grids_]
+        return [(f,) for f in sorted({int(f) for g in self.grids_ for f in g.features})]
+
+    def parts_are_grids(self) -> bool:
+        """Whether the report's parts are the grids (at least two one-feature grids, or only
+        those) rather than the features (``report_parts``). Public: the layout."""
+        return sum(len(g.features) == 1 for g in self.grids_) >= 2 or all(len(g.features) == 1 for g in self.grids_)
 
     def part_scores(self, Y) -> np.ndarray:
         """How unusual each RAW event is by each report part (``report_parts``), shape (n, parts):
-        each grid's own score; for one joint grid, by each feature, how far the score falls when
-        that feature alone takes the value most usual beside the others (the lowest score over the
-        grid's bin centres on its axis). Post-processing of the model, free; computed inside the
-        trust boundary like the flags.
+        each grid's own score where the parts are grids; by feature, how far the model's score
+        falls when that feature alone takes the value most usual beside the others (the lowest
+        score over its grids' bin centres on its axis). Post-processing of the model, free;
+        computed inside the trust boundary like the flags.
 
         >>> X = np.random.default_rng(0).normal(50, 5, size=(3000, 2))
         >>> m = GridKNN(epsilon=1.0, bounds=[(0, 100), (0, 100)], random_state=0).fit(X)
@@ -356,27 +362,30 @@ class GridKNN:
         [0, 1]
         """
         self._check_fitted()
-        if not (len(self.grids_) == 1 and len(self.grids_[0].features) > 1):
+        if self.parts_are_grids():
             return self.grid_scores(Y)
-        U = scale_to_unit(Y, self.bounds_)
-        grid = self.grids_[0]
-        score = self._grid_scores_unit(U)[:, 0]
-        centres = (np.arange(grid.bins) + 0.5) / grid.bins
-        out = np.zeros((len(U), len(grid.features)))
-        for j, f in enumerate(grid.features):
-            moved = np.repeat(U, centres.size, axis=0)
-            moved[:, f] = np.tile(centres, len(U))
-            lowest = self._grid_scores_unit(moved)[:, 0].reshape(len(U), centres.size).min(axis=1)
-            out[:, j] = np.maximum(score - lowest, 0.0)
-        return out
+        U = scale_to_unit(Y, self.bounds_).copy()
+        score = self._grid_scores_unit(U)
+        out = np.zeros((len(U), len(self.report_parts())))
+        for j, (f,) in enumerate(self.report_parts()):
+            grids = [(i, g) for i, g in enumerate(self.grids_) if f in g.features]
+            bins = max(g.bins for _, g in grids)
+            kept = U[:, f].copy()
+            for c in (np.arange(bins) + 0.5) / bins:
+                U[:, f] = c
+                drop = sum(score[:, i] - g.score_fast(U, self.k_, self.max_depth_, self.weighted) * g.bins
+                           for i, g in grids)
+                np.maximum(out[:, j], drop, out=out[:, j])
+            U[:, f] = kept
+        return out / len(self.grids_)  # drops of the mean over grids: one scale for every feature
 
     def part_thresholds(self, contamination: float) -> np.ndarray:
         """Per report part, the level its score is read against (``grid_unusual``): each grid's
-        threshold at ``contamination``; for one joint grid's features, 1 (their scores are drops
-        of one score, on one scale already). Post-processing, free."""
-        if not (len(self.grids_) == 1 and len(self.grids_[0].features) > 1):
+        threshold at ``contamination``; for features, 1 (their scores are drops of one score, on
+        one scale already). Post-processing, free."""
+        if self.parts_are_grids():
             return self.grid_thresholds(contamination)
-        return np.ones(len(self.grids_[0].features))
+        return np.ones(len(self.report_parts()))
 
     def part_names(self, feature_names: Sequence[str]) -> list[str]:
         """One name per report part (``report_parts``): its features joined by '+'."""
@@ -410,7 +419,7 @@ class GridKNN:
         """
         U = np.full((_N_SYNTHETIC, self.n_features_in_), np.nan)
         res = np.zeros(self.n_features_in_, dtype=np.int64)  # bins of the grid that set each feature
-        for grid, eps in zip(self.grids_, self.grid_epsilons_):
+        for grid, eps in self._synthesis_order():
             fs = list(grid.features)
             unset = np.isnan(U[:, fs]).all(axis=0)
             if len(fs) == 1 and not unset[0] and res[fs[0]] < grid.bins:
@@ -447,6 +456,27 @@ class GridKNN:
                 U[:, fs[a]] = (coords[pick, a] + gen.random(_N_SYNTHETIC)) / grid.bins
         U[np.isnan(U)] = gen.random(int(np.isnan(U).sum()))
         return U
+
+    def _synthesis_order(self) -> list:
+        """(grid, epsilon) in the order ``_synthetic`` draws them. With one-feature grids, the
+        layout's order (they refine each feature inside its coarse cell). With joint grids only
+        (from MANY_D features), each grid next that shares the most features with those already
+        set and still sets one (the earliest on ties), so that it draws them given the others:
+        in the layout's order the disjoint windows set every feature independently of the other
+        windows, such points score far above real rows, and as the calibration's prior they put
+        the thresholds above them (30_satellite, 36 features: 0.0 of normal rows flagged at 1 %;
+        0.8 % in this order)."""
+        pairs = list(zip(self.grids_, self.grid_epsilons_))
+        if any(len(g.features) == 1 for g in self.grids_):
+            return pairs
+        joint = pairs
+        order, done = [], set()
+        while joint:
+            best = max(range(len(joint)), key=lambda i: (bool(set(joint[i][0].features) - done),
+                                                          len(set(joint[i][0].features) & done), -i))
+            order.append(joint.pop(best))
+            done |= set(order[-1][0].features)
+        return order
 
     @staticmethod
     def _refine(U: np.ndarray, f: int, coarse_bins: int, grid, w: np.ndarray, gen: np.random.Generator) -> None:

@@ -97,11 +97,11 @@ def grid_unusual(model, X_raw: np.ndarray, grid_thresholds: np.ndarray) -> np.nd
     n_grids = len(grid_thresholds)
     if not len(X_raw):
         return np.zeros((0, n_grids))
-    # By report part: the grids, or the features of one joint grid (``GridKNN.part_scores``).
+    # By report part: the grids, or the features of the joint grids (``GridKNN.part_scores``).
     scores = model.part_scores(X_raw) if hasattr(model, "part_scores") else model.grid_scores(X_raw)
     ratio = scores / np.maximum(np.asarray(grid_thresholds, dtype=float)[None, :], 1e-12)
     hists = getattr(getattr(model, "calibration_", None), "grids", None)
-    if not hists or len(hists) != n_grids:
+    if not hists or len(hists) != n_grids or not getattr(model, "parts_are_grids", lambda: True)():
         return ratio
     share = np.column_stack([np.asarray(h.share_above(scores[:, i]), dtype=float) for i, h in enumerate(hists)])
     return -share + 1e-9 * np.tanh(ratio)
