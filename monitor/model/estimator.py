@@ -364,10 +364,11 @@ class GridKNN:
         self._check_fitted()
         if self.parts_are_grids():
             return self.grid_scores(Y)
-        U = scale_to_unit(Y, self.bounds_).copy()
+        U = scale_to_unit(Y, self.bounds_)  # a new array: moved in place below, one feature at a time
         score = self._grid_scores_unit(U)
-        out = np.zeros((len(U), len(self.report_parts())))
-        for j, (f,) in enumerate(self.report_parts()):
+        parts = self.report_parts()
+        out = np.zeros((len(U), len(parts)))
+        for j, (f,) in enumerate(parts):
             grids = [(i, g) for i, g in enumerate(self.grids_) if f in g.features]
             bins = max(g.bins for _, g in grids)
             kept = U[:, f].copy()
@@ -469,12 +470,11 @@ class GridKNN:
         pairs = list(zip(self.grids_, self.grid_epsilons_))
         if any(len(g.features) == 1 for g in self.grids_):
             return pairs
-        joint = pairs
         order, done = [], set()
-        while joint:
-            best = max(range(len(joint)), key=lambda i: (bool(set(joint[i][0].features) - done),
-                                                          len(set(joint[i][0].features) & done), -i))
-            order.append(joint.pop(best))
+        while pairs:
+            best = max(range(len(pairs)), key=lambda i: (bool(set(pairs[i][0].features) - done),
+                                                          len(set(pairs[i][0].features) & done), -i))
+            order.append(pairs.pop(best))
             done |= set(order[-1][0].features)
         return order
 
