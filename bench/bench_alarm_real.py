@@ -54,6 +54,7 @@ from monitor.budget import BudgetAccountant, WindowLedger  # noqa: E402
 from monitor.config import MonitorConfig, load_config  # noqa: E402
 from monitor.data.traffic import RowTraffic, plan_surges  # noqa: E402
 from monitor.model import GridKNN  # noqa: E402
+from monitor.model.cli import model_from_config  # noqa: E402
 from monitor.release import WindowReleaser  # noqa: E402
 from monitor.pipeline.windows import ClosedWindow  # noqa: E402
 
@@ -94,11 +95,7 @@ def make_config(base: MonitorConfig, bounds: np.ndarray, ledger: Path) -> Monito
 
 
 def fit_model(config: MonitorConfig, R: np.ndarray, seed: int) -> GridKNN:
-    ms = config.model  # as `monitor fit` builds it (monitor/model/cli.py)
-    return GridKNN(bins=ms.bins, k=ms.k, epsilon=ms.epsilon, bounds=config.bounds, max_depth=ms.max_depth,
-                   weighted=ms.weighted, contamination=ms.contamination, threshold=ms.threshold,
-                   random_state=seed, feature_names=config.feature_names, calibration_share=ms.calibration_share,
-                   layout_rule=ms.layout_rule).fit(R)
+    return model_from_config(config, seed).fit(R)  # as `monitor fit` builds it
 
 
 class ExactKNN:

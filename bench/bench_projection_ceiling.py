@@ -76,30 +76,35 @@ def one_split(R, T, y, bounds, seed: int) -> dict:
     return out
 
 
-def _mahalanobis(T: np.ndarray, mu: np.ndarray, C: np.ndarray, top: int | None = None) -> np.ndarray:
+def mahalanobis(T: np.ndarray, mu: np.ndarray, C: np.ndarray, top: int | None = None) -> np.ndarray:
     w, V = np.linalg.eigh((C + C.T) / 2)
     w, V = np.maximum(w[::-1], 1e-3 * max(w.max(), 1e-9)), V[:, ::-1]
     Z = (T - mu) @ V / np.sqrt(w)
     return (Z[:, :top] ** 2).sum(axis=1)
 
 
+def dp_mean_covariance(X: np.ndarray, eps: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The mean and covariance of rows X with every |x_i| <= 1/2 (a public bound), released under pure
+    epsilon-DP. One row moves the upper triangle of sum x x^T by at most (sum |x_i|)^2 / 2 + sum x_i^2 / 2
+    in L1, the sum x by d / 2, the count by 1: 80 % / 10 % / 10 % of epsilon, Laplace noise."""
+    n, d = X.shape
+    E = np.triu(rng.laplace(0.0, ((d / 2) ** 2 / 2 + d / 8) / (0.8 * eps), (d, d)))
+    S = X.T @ X + E + np.triu(E, 1).T
+    m = X.sum(axis=0) + rng.laplace(0.0, (d / 2) / (0.1 * eps), d)
+    n_hat = max(n + rng.laplace(0.0, 1 / (0.1 * eps)), 2.0)
+    return m / n_hat, S / n_hat - np.outer(m, m) / n_hat ** 2
+
+
 def _covariance(Rs, Ts, y, seed: int) -> dict:
     """The Mahalanobis distance, exact and from a pure-DP covariance at epsilon 1."""
-    n, d = Rs.shape
     X, T = Rs - 0.5, Ts - 0.5  # centred on the box: |x_i| <= 1/2, a public bound
     mu, C = X.mean(axis=0), np.cov(X.T)
-    out = {"mahalanobis, exact covariance": _auc(y, _mahalanobis(T, mu, C)),
-           "mahalanobis, exact, top 16 components": _auc(y, _mahalanobis(T, mu, C, 16))}
-    # One row moves the upper triangle of sum x x^T by at most (sum |x_i|)^2 / 2 + sum x_i^2 / 2
-    # in L1, the sum x by d / 2, the count by 1: 80 % / 10 % / 10 % of epsilon.
+    out = {"mahalanobis, exact covariance": _auc(y, mahalanobis(T, mu, C)),
+           "mahalanobis, exact, top 16 components": _auc(y, mahalanobis(T, mu, C, 16))}
     rng = np.random.default_rng(2000 + seed)
     for eps in COVARIANCE_EPSILONS:
-        E = np.triu(rng.laplace(0.0, ((d / 2) ** 2 / 2 + d / 8) / (0.8 * eps), (d, d)))
-        S = X.T @ X + E + np.triu(E, 1).T
-        m = X.sum(axis=0) + rng.laplace(0.0, (d / 2) / (0.1 * eps), d)
-        n_hat = max(n + rng.laplace(0.0, 1 / (0.1 * eps)), 2.0)
-        mu_dp, C_dp = m / n_hat, S / n_hat - np.outer(m, m) / n_hat ** 2
-        out[f"mahalanobis, covariance at epsilon {eps:g} (pure DP)"] = _auc(y, _mahalanobis(T, mu_dp, C_dp))
+        mu_dp, C_dp = dp_mean_covariance(X, eps, rng)
+        out[f"mahalanobis, covariance at epsilon {eps:g} (pure DP)"] = _auc(y, mahalanobis(T, mu_dp, C_dp))
         if eps == 1:
             mu_1, C_1 = mu_dp, C_dp
     # The private-PCA lead: grids over the top 16 components of that covariance. Its release

@@ -28,6 +28,7 @@ PAGES: dict[str, str] = {
     "model-tail": "model.md",
     "model-tail-oracle": "model.md",
     "model-tail-depths": "model.md",
+    "model-tail-ceiling": "model.md",
     "calibration": "calibration.md",
     "budget": "budget.md",
     "budget-reach": "budget.md",

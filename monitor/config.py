@@ -74,6 +74,7 @@ class ModelSettings(_Strict):
     contamination: float | None = Field(0.05, gt=0, lt=0.5, description="Share of normal events to flag: the threshold is the calibrated (1 - contamination) quantile of the scores of reference rows held apart from the grids (docs/model.md); `monitor fit` says when too few rows are held apart for it.")
     calibration_share: float = Field(0.25, ge=0, le=0.9, description="Share of the reference rows held apart from the grids to calibrate rates (contamination, the alarm's levels): disjoint rows, so no extra epsilon (parallel composition). 0 = uncalibrated rates (quantiles of the model's own noisy mass).")
     threshold: float | None = Field(None, description="Explicit score threshold; overrides contamination.")
+    score_power: float = Field(1.5, ge=1, le=8, description="p of the power mean over the grids' scores that makes an event's score, (mean of s^p)^(1/p): 1 the plain mean, above 1 an event far out in one grid outranks one a little out in every grid (docs/model.md#the-tail-rule-and-why-it-is-the-default).")
     layout_rule: Literal["tail", "v4"] = Field("tail", description="How the grids are laid out from the noisy record count: \"tail\" (resolution where the alarm's top 1 % to 10 % of scores lie) or \"v4\", the rule before it (chosen for AUROC; docs/model.md#the-tail-rule-and-why-it-is-the-default).")
 
 

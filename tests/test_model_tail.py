@@ -246,3 +246,101 @@ def test_a_model_of_joint_grids_only_draws_its_sample_given_the_features_already
     assert np.corrcoef(U[:, 0], U[:, 11])[0, 1] > 0.5  # windows 0-2 and 9-11 drawn given each other
     v4 = GridKNN(epsilon=1.0, bounds=[(0, 100)] * 12, random_state=0, layout_rule="v4").fit(X)
     assert [g.features for g, _ in v4._synthesis_order()] == [g.features for g in v4.grids_]
+
+
+# -- one score from many grids: their power mean (score_power) ---------------------------------
+
+def _many(n=3000, d=8, seed=0):
+    return np.random.default_rng(seed).normal(0.5, 0.1, (n, d)).clip(0, 1)
+
+
+def test_the_score_is_the_power_mean_of_the_grids_scores():
+    X = _many()
+    probe = np.r_[_many(200, seed=1), np.random.default_rng(2).random((200, 8))]
+    m = GridKNN(bounds=[(0.0, 1.0)] * 8, random_state=0).fit(X)
+    S = m.grid_scores(probe)
+    assert m.score_power == 1.5 and S.shape[1] > 1
+    assert np.allclose(m.score_samples(probe), np.mean(S**1.5, axis=1) ** (1 / 1.5))
+    # between the grids' mean and their largest: inside the calibration's public range
+    s = m.score_samples(probe)
+    assert np.all(s >= S.mean(axis=1) - 1e-12) and np.all(s <= S.max(axis=1) + 1e-12)
+    assert np.all(S.max(axis=1) <= m._score_max())
+    flat = GridKNN(bounds=[(0.0, 1.0)] * 8, random_state=0, score_power=1.0).fit(X)
+    assert np.array_equal(flat.score_samples(probe), S.mean(axis=1))
+
+
+def test_an_event_far_out_in_one_grid_outranks_one_a_little_out_in_every_grid():
+    # Two events with the same arithmetic mean over four grids: one far out in a single grid
+    # (what most real anomalies look like: a few features off), one a little out everywhere.
+    m = GridKNN(bounds=[(0.0, 1.0)] * 8, random_state=0).fit(_many())
+    one, every = np.array([[6.0, 0.0, 0.0, 0.0]]), np.array([[1.5, 1.5, 1.5, 1.5]])
+    assert m._combine(one)[0] > m._combine(every)[0] + 0.5
+    m.score_power = 1.0
+    assert m._combine(one)[0] == pytest.approx(m._combine(every)[0])
+
+
+def test_the_score_power_is_in_the_file_and_old_files_keep_the_arithmetic_mean(tmp_path):
+    import hashlib
+
+    X, probe = _many(), _many(100, seed=3)
+    m = GridKNN(bounds=[(0.0, 1.0)] * 8, random_state=0, contamination=0.05).fit(X)
+    m.save(tmp_path / "m.json")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["private"]["layout"]["score_power"] == 1.5  # checksummed: the histograms hold this score
+    back = GridKNN.load(tmp_path / "m.json")
+    assert back.score_power == 1.5 and np.array_equal(back.score_samples(probe), m.score_samples(probe))
+    # a file from before it: its calibration was released for the arithmetic mean, so it keeps it
+    del doc["private"]["layout"]["score_power"]
+    doc["sha256"] = hashlib.sha256(_canonical(doc["private"])).hexdigest()
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = GridKNN.load(tmp_path / "old.json")
+    assert old.score_power == 1.0
+    assert np.array_equal(old.score_samples(probe), old.grid_scores(probe).mean(axis=1))
+    # editing it would read the released histograms in the wrong units: the checksum refuses it
+    doc["private"]["layout"]["score_power"] = 3.0
+    (tmp_path / "edited.json").write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match="checksum"):
+        GridKNN.load(tmp_path / "edited.json")
+    for bad in (0.5, "2", True, 9):
+        doc["private"]["layout"]["score_power"] = bad
+        doc["sha256"] = hashlib.sha256(_canonical(doc["private"])).hexdigest()
+        (tmp_path / "bad.json").write_text(json.dumps(doc))
+        with pytest.raises(ModelFileError, match=r"layout\.score_power must be a number in \[1, 8\]"):
+            GridKNN.load(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="score_power"):
+        GridKNN(bounds=[(0.0, 1.0)] * 8, score_power=0.5).fit(X)
+
+
+def test_calibrated_rates_hold_under_the_power_mean():
+    # The held-apart rows' histogram is released for the model's own score: the realised flag
+    # rates on unseen normal data land inside [c/2, 2c] (10 features: 16 grids combined).
+    rng = np.random.default_rng(4)
+    X, Y = rng.normal(0.5, 0.1, (12000, 10)).clip(0, 1), rng.normal(0.5, 0.1, (20000, 10)).clip(0, 1)
+    m = GridKNN(bounds=[(0.0, 1.0)] * 10, random_state=0).fit(X)
+    s = m.score_samples(Y)
+    for c in (0.05, 0.1):
+        assert c / 2 <= (s > m.threshold_for(c)).mean() <= 2 * c
+
+
+def test_monitor_fit_takes_the_score_power_from_the_config(tmp_path):
+    from monitor.cli import main
+    from monitor.config import ConfigError, parse_config
+
+    X = _many(3000)
+    names = [f"f{i}" for i in range(8)]
+    with open(tmp_path / "ref.csv", "w") as fh:
+        fh.write(",".join(names) + "\n" + "\n".join(",".join(f"{v:.4f}" for v in row) for row in X) + "\n")
+    features = "features:\n" + "".join(f"  - {{name: {n}, min: 0, max: 1}}\n" for n in names)
+    for power in (None, 1, 3):
+        tag = f"p{power}"
+        model = "" if power is None else f"model: {{score_power: {power}}}\n"
+        cfg = tmp_path / f"{tag}.yaml"
+        cfg.write_text(features + model + f"budget: {{reference_ledger: {tmp_path / tag}.sqlite}}\n")
+        out = tmp_path / f"{tag}.json"
+        assert main(["fit", "--config", str(cfg), "--reference", str(tmp_path / "ref.csv"), "--out", str(out), "--seed", "1"]) == 0
+        m = GridKNN.load(out)
+        assert m.score_power == (1.5 if power is None else power)
+        S = m.grid_scores(X[:50])
+        assert np.allclose(m.score_samples(X[:50]), np.mean(S**m.score_power, axis=1) ** (1 / m.score_power))
+    with pytest.raises(ConfigError, match=r"model\.score_power"):
+        parse_config({"features": [{"name": n, "min": 0, "max": 1} for n in names], "model": {"score_power": 0.5}})

@@ -12,7 +12,8 @@ Layout (format version 4)::
                  "size": {"value": <noisy number of reference records>, "epsilon": ...,
                           "mechanism": "laplace_global"},
                  "layout": {"rule": ..., "name": "tail" or "v4" (absent in older files: v4),
-                            "group_size", "n_grids", "marginals", "bins"},
+                            "group_size", "n_grids", "marginals", "bins",
+                            "score_power" (absent in older files: 1, the arithmetic mean)},
                  "grids": [{"features": [0, 1, 2], "bins": 5, "epsilon": ..., "keys": [...],
                             "values": [...]}, ...],
                  "calibration": null or {"share": ..., "seed": ..., "epsilon": ...,
@@ -85,7 +86,8 @@ def _private_part(model) -> dict:
             "value": model.n_estimate_, "epsilon": model.size_epsilon_, "mechanism": "laplace_global"},
         "layout": {"rule": "joint+marginal grids sized by the noisy size, monitor 3 (docs/model.md)",
                    "name": getattr(model, "layout_rule", "v4"), "group_size": model.group_size,
-                   "n_grids": model.n_grids, "marginals": model.marginals, "bins": model.bins},
+                   "n_grids": model.n_grids, "marginals": model.marginals, "bins": model.bins,
+                   "score_power": float(model.score_power)},
         "grids": [{"features": list(g.features), "bins": g.bins, "epsilon": e, "keys": g.keys.tolist(),
                    "values": g.values.tolist()} for g, e in zip(model.grids_, model.grid_epsilons_)],
         "calibration": None if cal is None else cal.as_dict(),
@@ -171,7 +173,7 @@ def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, version: int):
         raise ValueError("scoring needs k > 0, an integer max_depth >= 0 and a boolean weighted")
     m = GridKNN(bins=lay["bins"], k=k, epsilon=float(priv["epsilon"]), bounds=bounds, max_depth=depth,
                 weighted=weighted, feature_names=names, group_size=lay["group_size"], n_grids=lay["n_grids"],
-                marginals=lay["marginals"], layout_rule=_rule_name(lay))
+                marginals=lay["marginals"], layout_rule=_rule_name(lay), score_power=_score_power(lay))
     if len(set(names)) != len(names):
         raise ValueError("feature names must be distinct")
     grids = _grids(c["grids"], len(names))
@@ -196,6 +198,16 @@ def _build(c: dict[str, Any], scoring: dict[str, Any], GridKNN, version: int):
     m.calibration_share_ = 0.0 if cal is None else cal.share
     m.calibration_share = m.calibration_share_
     return _finish(m, names, bounds, grids, eps_list, k, depth, scoring.get("threshold"), scoring.get("contamination"))
+
+
+def _score_power(lay: dict) -> float:
+    """The power mean over the grids a file's scores (and its calibration's histograms) were made
+    with: its ``layout.score_power``, 1 (the arithmetic mean) for files written before it. In
+    the checksummed part: the released histograms hold that score and no other."""
+    p = lay.get("score_power", 1.0)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 1 <= p <= 8:
+        raise ValueError(f"layout.score_power must be a number in [1, 8], got {p!r}")
+    return float(p)
 
 
 def _rule_name(lay: dict) -> str:

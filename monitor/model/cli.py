@@ -216,9 +216,20 @@ def _check_alarm_levels(model, cfg, n_rows: int) -> None:
           "`monitor budget --anomalies FILE` then says what surge of your anomalies pages", file=sys.stderr)
 
 
+def model_from_config(cfg, seed: "int | None" = None):
+    """The unfitted GridKNN that `monitor fit` fits: every ``model.*`` setting of the config
+    (``seed`` None = production noise; an int, reproducible: tests and benchmarks)."""
+    from monitor.model.estimator import GridKNN
+
+    ms = cfg.model
+    return GridKNN(bins=ms.bins, k=ms.k, epsilon=ms.epsilon, bounds=cfg.bounds, max_depth=ms.max_depth,
+                   weighted=ms.weighted, contamination=ms.contamination, threshold=ms.threshold,
+                   random_state=seed, feature_names=cfg.feature_names, calibration_share=ms.calibration_share,
+                   layout_rule=ms.layout_rule, score_power=ms.score_power)
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from monitor.config import load_config
-    from monitor.model.estimator import GridKNN
     from monitor.model.io import extra_columns, read_features
 
     cfg = load_config(args.config)
@@ -229,10 +240,7 @@ def run_fit(args: argparse.Namespace) -> int:
               f"{', '.join(ignored)}", file=sys.stderr)
     _warn_clipping(X, cfg.feature_names, cfg.bounds)
     ms = cfg.model
-    model = GridKNN(bins=ms.bins, k=ms.k, epsilon=ms.epsilon, bounds=cfg.bounds, max_depth=ms.max_depth,
-                    weighted=ms.weighted, contamination=ms.contamination, threshold=ms.threshold,
-                    random_state=args.seed, feature_names=cfg.feature_names,
-                    calibration_share=ms.calibration_share, layout_rule=ms.layout_rule)
+    model = model_from_config(cfg, args.seed)
     # Charged before the noisy cells exist: a refused charge releases nothing.
     spent, left = _charge_reference_ledger(cfg, ms.epsilon, Path(args.reference))
     model.fit(X)

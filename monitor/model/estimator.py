@@ -42,6 +42,9 @@ SPLIT_SEED = 0  # public seed of the row split
 # ``predict`` and the alarm use); the rest is split equally over the per-grid histograms.
 SCORE_HISTOGRAM_SHARE = 0.75
 PRIOR = True  # lean on the grids' own score distribution where the held-apart part is tiny
+# The power of the mean over the grids that makes the score (docs/model.md, "One score from
+# many grids"): above 1, an event far out in one grid outranks one a little out in every grid.
+SCORE_POWER = 1.5
 
 
 class GridKNN:
@@ -81,6 +84,9 @@ class GridKNN:
     layout_rule:
         "tail" (default: k without a sqrt(n) term, one fine joint grid for 2 to 4 features
         where the noisy size allows) or "v4" (the rule before it); docs/model.md.
+    score_power:
+        p of the power mean over the grids' scores, (mean s_i^p)^(1/p), that is the model's
+        score: 1 the arithmetic mean (model files before it), 1.5 the default (SCORE_POWER).
     """
 
     def __init__(self, bins: int | None = None, k: float | None = None, epsilon: float = 1.0,
@@ -88,7 +94,8 @@ class GridKNN:
                  weighted: bool = False, contamination: float | None = None, threshold: float | None = None,
                  random_state=None, feature_names: Sequence[str] | None = None, group_size: int | None = None,
                  n_grids: int | None = None, marginals: int | None = None,
-                 calibration_share: float = CALIBRATION_SHARE, layout_rule: str = DEFAULT_RULE):
+                 calibration_share: float = CALIBRATION_SHARE, layout_rule: str = DEFAULT_RULE,
+                 score_power: float = SCORE_POWER):
         self.bins = bins
         self.k = k
         self.epsilon = epsilon
@@ -104,6 +111,7 @@ class GridKNN:
         self.marginals = marginals
         self.calibration_share = calibration_share
         self.layout_rule = layout_rule
+        self.score_power = score_power
 
     # -- fitting --------------------------------------------------------------------------
     def _validate(self) -> None:
@@ -122,6 +130,9 @@ class GridKNN:
         _check_postprocessing(self.contamination, self.threshold)
         if self.layout_rule not in RULES:
             raise ValueError(f"layout_rule must be one of {RULES}, got {self.layout_rule!r}")
+        sp = self.score_power
+        if isinstance(sp, bool) or not (isinstance(sp, (int, float)) and 1 <= sp <= 8):
+            raise ValueError(f"score_power must be a number in [1, 8], got {sp!r}")
         cs = self.calibration_share
         if not (isinstance(cs, (int, float)) and 0 <= cs <= 0.9):
             raise ValueError(f"calibration_share must be a number in [0, 0.9], got {cs!r}")
@@ -196,8 +207,8 @@ class GridKNN:
         G = len(self.grids_)
         eps_score = epsilon * (SCORE_HISTOGRAM_SHARE if G > 1 else 1.0)
         prior = PRIOR
-        syn = synthetic.mean(axis=1)
-        main = ScoreHistogram.release(scores.mean(axis=1), public_edges(top, syn), eps_score, noise,
+        syn = self._combine(synthetic)
+        main = ScoreHistogram.release(self._combine(scores), public_edges(top, syn), eps_score, noise,
                                       syn if prior else None)
         per_grid = [main] if G == 1 else [
             ScoreHistogram.release(scores[:, i], public_edges(top, synthetic[:, i]), (epsilon - eps_score) / G, noise,
@@ -366,6 +377,8 @@ class GridKNN:
             return self.grid_scores(Y)
         U = scale_to_unit(Y, self.bounds_)  # a new array: moved in place below, one feature at a time
         score = self._grid_scores_unit(U)
+        base = self._combine(score)
+        moved = score.copy()  # the grids' scores with one feature moved; restored after each feature
         parts = self.report_parts()
         out = np.zeros((len(U), len(parts)))
         for j, (f,) in enumerate(parts):
@@ -374,11 +387,13 @@ class GridKNN:
             kept = U[:, f].copy()
             for c in (np.arange(bins) + 0.5) / bins:
                 U[:, f] = c
-                drop = sum(score[:, i] - g.score_fast(U, self.k_, self.max_depth_, self.weighted) * g.bins
-                           for i, g in grids)
-                np.maximum(out[:, j], drop, out=out[:, j])
+                for i, g in grids:
+                    moved[:, i] = g.score_fast(U, self.k_, self.max_depth_, self.weighted) * g.bins
+                np.maximum(out[:, j], base - self._combine(moved), out=out[:, j])
             U[:, f] = kept
-        return out / len(self.grids_)  # drops of the mean over grids: one scale for every feature
+            idx = [i for i, _ in grids]
+            moved[:, idx] = score[:, idx]
+        return out  # drops of the model's own score: one scale for every feature
 
     def part_thresholds(self, contamination: float) -> np.ndarray:
         """Per report part, the level its score is read against (``grid_unusual``): each grid's
@@ -507,13 +522,23 @@ class GridKNN:
         # Each grid scores in its own cells (not unit-cube distance): a fine 1-feature grid
         # and a coarse 3-feature grid then weigh alike, and the fine one's small distances
         # are not drowned by the coarse one's large cells.
-        return self._grid_scores_unit(U).mean(axis=1) if len(U) else np.zeros(0)
+        return self._combine(self._grid_scores_unit(U)) if len(U) else np.zeros(0)
+
+    def _combine(self, S: np.ndarray) -> np.ndarray:
+        """The model's score from the grids' scores S (n, grids): their power mean.
+
+        A power mean of non-negative values lies between their mean and their largest,
+        so it stays inside the score histograms' public range (``_score_max``)."""
+        p = float(self.score_power)
+        if p == 1.0:
+            return S.mean(axis=1)
+        return np.mean(np.maximum(S, 0.0) ** p, axis=1) ** (1.0 / p)
 
     def score_samples(self, Y) -> np.ndarray:
         """Outlier scores of RAW events Y (n, d): higher = more outlying.
 
-        Mean over the grids of Algorithm 1's score, in cells of each grid. Post-processing
-        of the private model: no privacy cost for the reference data.
+        The power mean (``score_power``) over the grids of Algorithm 1's score, in cells of
+        each grid. Post-processing of the private model: no privacy cost for the reference data.
         """
         self._check_fitted()
         return self._score_unit(scale_to_unit(Y, self.bounds_))
