@@ -486,7 +486,6 @@ def main(argv=None) -> int:
             md = section(a.seeds, a.jobs)
             print(md)
             if not a.no_write:
-                sys.path.insert(0, str(REPO / "bench"))
                 from report import write_section
 
                 write_section(name, md)

@@ -62,6 +62,10 @@ K_MIN = 5.0  # ... and at least exact kNN's k
 # The "tail" rule (the default since model format 4's layout names; docs/model.md "The default layout"): what the
 # alarm reads is the top 1 % to 10 % of scores, and there a small k and, for few features, one
 # fine joint grid follow the data where the v4 rule (chosen for AUROC) stayed coarse.
+# The model's score is the power mean of its grids' scores with this power (docs/model.md, "One score from
+# many grids"): above 1, an event far out in one grid outranks one a little out in every grid.
+SCORE_POWER = 1.5
+SCORE_POWER_MAX = 8.0  # beyond it the score is nearly the largest grid's alone
 RULES = ("tail", "v4")
 DEFAULT_RULE = "tail"
 K_SQRT_TAIL = 0.5  # tail: half the sqrt(n) term in k (a large k blurs the sparse cells the tail is made of; none
@@ -234,3 +238,11 @@ def default_layout(d: int, epsilon: float, n: float, group_size: int | None = No
     kk = k if k is not None else max(K_MIN, k_noise * g / e, k_sqrt * math.sqrt(n))
     dp = depth if depth is not None else (2 if p <= 4 else 1)
     return Layout(groups + marg, (b,) * len(groups) + (bm,) * len(marg), float(kk), int(dp))
+
+
+def check_score_power(p, name: str = "score_power") -> float:
+    """``p`` as a float if it is a number in [1, SCORE_POWER_MAX]; else ValueError naming ``name``
+    (the estimator's parameter, or a model file's ``layout.score_power``)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 1 <= p <= SCORE_POWER_MAX:
+        raise ValueError(f"{name} must be a number in [1, {SCORE_POWER_MAX:g}], got {p!r}")
+    return float(p)

@@ -53,6 +53,7 @@ import numpy as np
 
 from monitor.errors import MonitorError
 from monitor.features import check_bounds
+from monitor.model._defaults import check_score_power
 from monitor.model._grid import NoisyGrid
 from monitor.model.calibration import Calibration
 
@@ -203,10 +204,7 @@ def _score_power(lay: dict) -> float:
     """The power mean over the grids a file's scores (and its calibration's histograms) were made
     with: its ``layout.score_power``, 1 (the arithmetic mean) for files written before it. In
     the checksummed part: the released histograms hold that score and no other."""
-    p = lay.get("score_power", 1.0)
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 1 <= p <= 8:
-        raise ValueError(f"layout.score_power must be a number in [1, 8], got {p!r}")
-    return float(p)
+    return check_score_power(lay.get("score_power", 1.0), "layout.score_power")
 
 
 def _rule_name(lay: dict) -> str:

@@ -17,7 +17,7 @@ import numpy as np
 
 from monitor.dp import noise_source
 from monitor.features import check_bounds, scale_to_unit
-from monitor.model._defaults import DEFAULT_RULE, RULES, SIZE_SHARE, default_layout
+from monitor.model._defaults import DEFAULT_RULE, RULES, SCORE_POWER, SIZE_SHARE, check_score_power, default_layout
 from monitor.model._format import check_features, read_model, save_model
 from monitor.model._grid import NoisyGrid, cell_threshold
 from monitor.model.calibration import Calibration, ScoreHistogram, public_edges, split_rows
@@ -42,9 +42,6 @@ SPLIT_SEED = 0  # public seed of the row split
 # ``predict`` and the alarm use); the rest is split equally over the per-grid histograms.
 SCORE_HISTOGRAM_SHARE = 0.75
 PRIOR = True  # lean on the grids' own score distribution where the held-apart part is tiny
-# The power of the mean over the grids that makes the score (docs/model.md, "One score from
-# many grids"): above 1, an event far out in one grid outranks one a little out in every grid.
-SCORE_POWER = 1.5
 
 
 class GridKNN:
@@ -130,9 +127,7 @@ class GridKNN:
         _check_postprocessing(self.contamination, self.threshold)
         if self.layout_rule not in RULES:
             raise ValueError(f"layout_rule must be one of {RULES}, got {self.layout_rule!r}")
-        sp = self.score_power
-        if isinstance(sp, bool) or not (isinstance(sp, (int, float)) and 1 <= sp <= 8):
-            raise ValueError(f"score_power must be a number in [1, 8], got {sp!r}")
+        check_score_power(self.score_power)
         cs = self.calibration_share
         if not (isinstance(cs, (int, float)) and 0 <= cs <= 0.9):
             raise ValueError(f"calibration_share must be a number in [0, 0.9], got {cs!r}")
