@@ -6,6 +6,7 @@ docs/benchmarks/model.md.
     python bench/bench_model_tail.py --seeds 1 --sizes 3000 --no-write --variants default tail
     python bench/bench_model_tail.py --oracle --seeds 3          # where the tail's information lies
     python bench/bench_model_tail.py --ceiling --seeds 6 --jobs 2  # below half of kNN: every layout of a family
+    python bench/bench_model_tail.py --grid-ceiling --seeds 3 --jobs 2  # the most a grid of noisy counts gives (d = 3)
 
 Protocol, per shared set and seed s (rng = default_rng(s)):
 - reference: min(size, 60 % of the inliers) inliers drawn at random (a size is run on a set
@@ -152,6 +153,11 @@ TRIALS = {
     # Tried with the power mean over the grids (docs/benchmarks/model.md, "One score from many grids").
     "score power 2": dict(score_power=2.0),
     "score power 3": dict(score_power=3.0),
+    # Tried on the fine grid beyond 20,000 rows (docs/benchmarks/model.md, "The most a grid of noisy counts").
+    "16 bins": dict(bins=16),
+    "depth 3": dict(max_depth=3),
+    "depth 4": dict(max_depth=4),
+    "kNN, k 12": dict(k=12.0),
 }
 
 
@@ -323,6 +329,89 @@ def depths_section(seeds: int, jobs: int) -> str:
             f"and both together; TPR on every outlier, mean over {seeds} seeds.\n\n" + "\n".join(lines) + "\n")
 
 
+GRID_CASES = (("sim_skin3", 20000), ("sim_skin3", 60000), ("sim_gauss3", 20000), ("sim_gauss3", 60000))
+GRID_WIDTHS = (0.25, 0.5, 1.0, 1.5)  # a cell's width over exact kNN's radius at 1 %
+GRID_RADII = (1.0, 1.25, 1.5)  # the ball's radius over it
+
+
+def ball_mass(H: np.ndarray, Z: np.ndarray, radius: float) -> np.ndarray:
+    """The mass of histogram ``H`` (bins^d cells over [0, 1]^d) in the cells whose centres lie within ``radius``
+    of each row of ``Z``."""
+    bins, d = H.shape[0], H.ndim
+    cells = np.minimum((Z * bins).astype(np.int64), bins - 1)
+    m = int(np.ceil(radius * bins)) + 1
+    offs = np.stack(np.meshgrid(*[np.arange(-m, m + 1)] * d, indexing="ij"), axis=-1).reshape(-1, d)
+    out = np.empty(len(Z))
+    for s in range(0, len(Z), 500):
+        nb = cells[s:s + 500, None, :] + offs[None]
+        inside = np.all((nb >= 0) & (nb < bins), axis=2)
+        inside &= np.linalg.norm((nb + 0.5) / bins - Z[s:s + 500, None, :], axis=2) <= radius
+        out[s:s + 500] = np.where(inside, H[tuple(np.clip(nb, 0, bins - 1)[..., a] for a in range(d))], 0.0).sum(axis=1)
+    return out
+
+
+def grid_ceiling_one(args) -> dict:
+    """``--grid-ceiling``: the most a flat grid of noisy counts could give a set's 1 % tail, with the answers'
+    help. Per seed: r, exact kNN's 5th-neighbour distance at the unseen inliers' 99th percentile (not private:
+    an oracle); one histogram of EVERY reference row (none held apart), cells of width f x r, Laplace noise of
+    scale 1 / epsilon per cell (one grid: no composition), negative values kept (no bias); an event's score is
+    minus the noisy mass of the cells whose centres lie within g x r of it, for every (f, g) of GRID_WIDTHS x
+    GRID_RADII, and the same cells with exact counts (ties broken at random: integer masses tie at the
+    threshold). Beside it the default model on the same rows and ONE noisy
+    count within r per event (``oracle_one``)."""
+    name, size, seed = args
+    from scipy.spatial import cKDTree
+
+    from monitor.model import GridKNN
+
+    _, bounds, R, I, O, n_ref = split(name, size, seed)
+    model = GridKNN(epsilon=EPSILON, bounds=bounds, random_state=1000 * seed + 1).fit(R)
+    default = tprs(model.score_samples(I), model.score_samples(O))[0]
+    lo, span = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
+    R, I, O = (np.clip((Z - lo) / span, 0, 1) for Z in (R, I, O))
+    tree = cKDTree(R)
+    k_in, k_out = tree.query(I, k=5)[0][:, 4], tree.query(O, k=5)[0][:, 4]
+    r = float(np.quantile(k_in, 1 - RATES[0]))
+    noise = np.random.default_rng(1000 * seed + 11)
+    one = [-(tree.query_ball_point(Z, r, return_length=True) + noise.laplace(0, 1 / EPSILON, len(Z))) for Z in (I, O)]
+    row = {"set": name, "size": size, "n_ref": n_ref, "r": r, "exact kNN": tprs(k_in, k_out)[0],
+           "default": default, "one count": tprs(*one)[0], "bins": model.grid_bins_, "grids": {}}
+    for f in GRID_WIDTHS:
+        bins = int(np.ceil(1.0 / (f * r)))
+        H = np.histogramdd(R, bins=[np.linspace(0.0, 1.0, bins + 1)] * R.shape[1])[0]
+        noisy = H + noise.laplace(0, 1 / EPSILON, H.shape)
+        for g in GRID_RADII:
+            exact = [-ball_mass(H, Z, g * r) + noise.uniform(0, 0.5, len(Z)) for Z in (I, O)]
+            row["grids"][(f, g)] = [tprs(-ball_mass(noisy, I, g * r), -ball_mass(noisy, O, g * r))[0], tprs(*exact)[0]]
+    return row
+
+
+def grid_ceiling_section(seeds: int, jobs: int) -> str:
+    t0 = time.perf_counter()
+    rows = run_all(grid_ceiling_one, [(n, s, seed) for n, s in GRID_CASES for seed in range(seeds)], jobs)
+    lines = ["| set | ref rows | exact kNN TPR at 1 % | the default model (its bins) | one noisy count within r | "
+             "best grid of noisy counts (cell width, ball radius) | the same cells, exact counts |", "|---|---|---|---|---|---|---|"]
+    for name, size in GRID_CASES:
+        rs = [r for r in rows if (r["set"], r["size"]) == (name, size)]
+        best = max(rs[0]["grids"], key=lambda fg: np.mean([r["grids"][fg][0] for r in rs]))
+        mean = {c: np.mean([r[c] for r in rs]) for c in ("exact kNN", "default", "one count")}
+        lines.append(f"| {name} | {rs[0]['n_ref']:,} | {mean['exact kNN']:.2f} | {mean['default']:.2f} ({rs[0]['bins'][0]}) | "
+                     f"{mean['one count']:.2f} | {np.mean([r['grids'][best][0] for r in rs]):.2f} ({best[0]:g} r, {best[1]:g} r) | "
+                     f"{np.mean([r['grids'][best][1] for r in rs]):.2f} |")
+    pairs = list(rows[0]["grids"])
+    lines += ["", "Every pair, noisy counts (cell width / ball radius, in r):", "",
+              "| set | ref rows | " + " | ".join(f"{f:g} / {g:g}" for f, g in pairs) + " |", "|---|---|" + "---|" * len(pairs)]
+    for name, size in GRID_CASES:
+        rs = [r for r in rows if (r["set"], r["size"]) == (name, size)]
+        lines.append(f"| {name} | {rs[0]['n_ref']:,} | " + " | ".join(f"{np.mean([r['grids'][fg][0] for r in rs]):.2f}" for fg in pairs) + " |")
+    took = time.perf_counter() - t0
+    return ("### The most a grid of noisy counts could flag at 1 % (2026-12-07)\n\n"
+            f"Reproduce: `python bench/bench_model_tail.py --grid-ceiling --seeds {seeds} --jobs {jobs}` ({took:.0f} s; "
+            "`grid_ceiling_one`'s docstring). Cells of width 0.25 to 1.5 times exact kNN's radius r at 1 %, balls of 1 to "
+            "1.5 r, every reference row counted, noise of one epsilon-1 grid; the pair best on average, picked looking "
+            f"at the answers. TPR at 1 %, mean over {seeds} seeds.\n\n" + "\n".join(lines) + "\n")
+
+
 CEILING_CASES = (("20_letter", 3000), ("sk_optdigits", 3000))
 
 
@@ -478,9 +567,11 @@ def main(argv=None) -> int:
     ap.add_argument("--oracle", action="store_true", help="one noisy count per event instead (oracle_one)")
     ap.add_argument("--depths", action="store_true", help="the fine grid read at two depths instead (depths_one)")
     ap.add_argument("--ceiling", action="store_true", help="every layout of a family where a set stays below half of kNN")
+    ap.add_argument("--grid-ceiling", action="store_true", help="the best a grid of noisy counts could flag at 1 %% (d <= 4)")
     a = ap.parse_args(argv)
     for flag, section, name in ((a.depths, depths_section, "model-tail-depths"), (a.oracle, oracle_section, "model-tail-oracle"),
-                                (a.ceiling, ceiling_section, "model-tail-ceiling")):
+                                (a.ceiling, ceiling_section, "model-tail-ceiling"),
+                                (a.grid_ceiling, grid_ceiling_section, "model-tail-grid-ceiling")):
         if flag:
             sys.path.insert(0, str(REPO / "bench"))
             md = section(a.seeds, a.jobs)

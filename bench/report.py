@@ -29,6 +29,7 @@ PAGES: dict[str, str] = {
     "model-tail-oracle": "model.md",
     "model-tail-depths": "model.md",
     "model-tail-ceiling": "model.md",
+    "model-tail-grid-ceiling": "model.md",
     "calibration": "calibration.md",
     "budget": "budget.md",
     "budget-reach": "budget.md",
