@@ -344,3 +344,14 @@ def test_monitor_fit_takes_the_score_power_from_the_config(tmp_path):
         assert np.allclose(m.score_samples(X[:50]), np.mean(S**m.score_power, axis=1) ** (1 / m.score_power))
     with pytest.raises(ConfigError, match=r"model\.score_power"):
         parse_config({"features": [{"name": n, "min": 0, "max": 1} for n in names], "model": {"score_power": 0.5}})
+
+
+def test_the_config_s_score_power_default_and_bounds_are_the_model_s():
+    # config.py spells them as literals (it imports the model lazily): they must not drift apart.
+    from monitor.config import ModelSettings
+    from monitor.model._defaults import SCORE_POWER, SCORE_POWER_MAX
+
+    field = ModelSettings.model_fields["score_power"]
+    bounds = {type(m).__name__: m for m in field.metadata}
+    assert field.default == SCORE_POWER == GridKNN().score_power
+    assert bounds["Ge"].ge == 1 and bounds["Le"].le == SCORE_POWER_MAX
