@@ -59,3 +59,38 @@ def test_a_blind_probe_matches_real_far_off_rows():
     t_full = alarm_levels(full, AlarmSettings())[1]
     assert (small.score_samples(far) > t_small).mean() < 0.2
     assert (full.score_samples(far) > t_full).mean() > 0.8
+
+
+def test_data_that_fills_its_public_ranges_is_not_measured_and_not_called_blind(tmp_path, capsys):
+    """Nowhere to push an event outside the reference data: the probe measures nothing, and neither the
+    fit, nor `monitor budget`, nor the start-up line may call the model blind (its anomalies lie inside)."""
+    from monitor.budget.plan import visibility_report
+    from monitor.cli import main
+    from monitor.config import load_config
+
+    # Half the rows spread over the whole cube but a hole around (25, 25, 25), the rest one blob.
+    rng = np.random.default_rng(3)
+    U = rng.uniform(0, 100, (24000, 3))
+    U = U[np.linalg.norm(U - 25, axis=1) > 18][:4000]
+    X = np.r_[U, np.clip(rng.normal(65, 8, (4000, 3)), 0, 100)]
+    m = GridKNN(epsilon=1.0, bounds=[(0, 100)] * 3, contamination=0.05, random_state=1).fit(X)
+    s = model_sight(m, *alarm_levels(m, AlarmSettings()))
+    assert s.probed == 0 and not s.has_room and not s.blind, s
+    # events in the hole, inside every range, are flagged: the model is not blind
+    d = rng.normal(0, 1, (200, 3))
+    hole = 25 + d / np.linalg.norm(d, axis=1)[:, None] * rng.uniform(0, 8, (200, 1))
+    assert (m.score_samples(hole) > alarm_levels(m, AlarmSettings())[1]).mean() > 0.5
+
+    names = ("a", "b", "c")
+    (tmp_path / "ref.csv").write_text("a,b,c\n" + "\n".join(",".join(f"{v:.3f}" for v in row) for row in X) + "\n")
+    (tmp_path / "config.yaml").write_text(
+        "features:\n" + "".join(f"  - {{name: {n}, min: 0, max: 100}}\n" for n in names)
+        + f"model: {{path: {tmp_path / 'model.json'}}}\n"
+        + f"budget: {{ledger: {tmp_path / 'l.sqlite'}, reference_ledger: {tmp_path / 'r.sqlite'}}}\n")
+    assert main(["fit", "--config", str(tmp_path / "config.yaml"), "--reference", str(tmp_path / "ref.csv"), "--seed", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "sight: not measured" in out and "--labels COL" in out, out
+    assert "blind" not in err, err
+    vis = visibility_report(load_config(tmp_path / "config.yaml"), None)
+    assert vis["blind"] is False and vis["sight"]["has_room"] is False, vis
+    assert "BLIND" not in vis["summary"] and "weigh fully" in " ".join(vis.get("details", [])), vis

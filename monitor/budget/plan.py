@@ -550,10 +550,15 @@ class _FileSight:
         return {"file": self.name, **self.measured.as_dict()}
 
 
+def _without_room(sight) -> bool:
+    """The synthetic probe found no feature to push an event outside of (``Sight.has_room``): it weighs nothing."""
+    return not isinstance(sight, _FileSight) and not sight.has_room
+
+
 def _seen(v, sight):
     """A visibility for surge events as the model weighs them: an event pushed outside the
     reference bulk brings ``sight`` of excess, not the 1 - rate of an event weighing fully."""
-    if sight is None:
+    if sight is None or _without_room(sight):
         return v
     excess = max(1.0 - v.rate, 1e-9)
     share = 1.0 if sight.sight <= 0 else min(1.0, v.smallest_surge_share * excess / min(sight.sight, excess))
@@ -572,7 +577,12 @@ def _flagged(sight) -> str:
         return (f", made of events like the {m.rows} anomalies of {sight.name} ({100 * m.full_share:.0f} % of them weigh "
                 f"fully at the alarm's levels, {m.mean_weight:.2f} on average against {m.normal_weight:.3f} for normal "
                 f"events{labelled}),")
-    return "" if sight is None else f", at the weight the model gives events far outside its reference data ({sight.sight:.2f} each),"
+    if sight is None:
+        return ""
+    if _without_room(sight):
+        return (", of events that weigh fully (the synthetic probe cannot weigh this model: its reference data fills every "
+                "feature's public range, so no event lies outside it; `--anomalies FILE` weighs your own),")
+    return f", at the weight the model gives events far outside its reference data ({sight.sight:.2f} each),"
 
 
 def _sight_note(sight) -> str:

@@ -157,6 +157,12 @@ def _report_sight(model, cfg, n_rows: int) -> None:
         return
     (t_lo, t_hi), which = levels
     s = model_sight(model, t_lo, t_hi)
+    if not s.has_room:
+        print("sight: not measured: on every feature the bulk of the reference data (the 1-99 % range of the model's "
+              "mass) reaches within a tenth of the public min/max, so no event lies outside it and anomalies lie inside "
+              "the features' ranges; `monitor score --input FILE --labels COL` on events you know are anomalies says what "
+              "the model makes of them, `monitor budget --anomalies FILE` the smallest surge of them that pages (docs/model.md)")
+        return
     probe = (f"events pushed far outside the bulk of its reference data (one feature at a time, a tenth of its public "
              f"range beyond its 1-99 % range) weigh {s.sight:.2f} more than normal ones on average at {which}, and "
              f"{100 * s.flagged_share:.0f} % of them weigh fully")

@@ -54,8 +54,10 @@ class Sight:
     ``sight``: the weight a push outside the bulk adds on average (0: blind, 1: every
     pushed event weighs fully); ``pushed_weight`` / ``base_weight``: the two means;
     ``flagged_share``: the share of pushed points above the upper level (weighing 1);
-    ``probed``: points that could be pushed (a feature whose bulk fills its public range
-    leaves no room: 0 means nothing could be probed, and the model counts as blind).
+    ``probed``: points that could be pushed (a feature whose bulk reaches within ``STEP`` of
+    its public bounds leaves no room). 0: the reference data fills every feature's public
+    range, no event lies outside it, and the probe measures nothing (``has_room`` False: not
+    blind; anomalies there lie inside the ranges, and a file of them is the check).
     ``rows_needed`` / ``epsilon_needed``: a rough size or budget at which models of this
     layout's kind saw (``SIGHT_SIGNAL`` noise scales per cell), None when unknown.
     """
@@ -69,12 +71,18 @@ class Sight:
     epsilon_needed: float | None = None
 
     @property
+    def has_room(self) -> bool:
+        """Some feature's bulk leaves room to push an event outside it: the probe measured."""
+        return self.probed > 0
+
+    @property
     def blind(self) -> bool:
-        return self.probed == 0 or self.sight < SIGHT_BLIND
+        return self.has_room and self.sight < SIGHT_BLIND
 
     def as_dict(self) -> dict:
         return {"sight": self.sight, "pushed_weight": self.pushed_weight, "base_weight": self.base_weight,
-                "flagged_share": self.flagged_share, "probed": self.probed, "blind": self.blind, "rows_needed": self.rows_needed,
+                "flagged_share": self.flagged_share, "probed": self.probed, "has_room": self.has_room, "blind": self.blind,
+                "rows_needed": self.rows_needed,
                 "epsilon_needed": self.epsilon_needed}
 
     def advice(self) -> str:
