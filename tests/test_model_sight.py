@@ -63,7 +63,7 @@ def test_a_blind_probe_matches_real_far_off_rows():
 
 def test_data_that_fills_its_public_ranges_is_not_measured_and_not_called_blind(tmp_path, capsys):
     """Nowhere to push an event outside the reference data: the probe measures nothing, and neither the
-    fit, nor `monitor budget`, nor the start-up line may call the model blind (its anomalies lie inside)."""
+    fit nor the visibility report (`monitor budget`, the start-up line) may call the model blind."""
     from monitor.budget.plan import visibility_report
     from monitor.cli import main
     from monitor.config import load_config

@@ -551,7 +551,7 @@ class _FileSight:
 
 
 def _without_room(sight) -> bool:
-    """The synthetic probe found no feature to push an event outside of (``Sight.has_room``): it weighs nothing."""
+    """The synthetic probe found no feature to push an event outside of (``Sight.has_room``): it measured nothing."""
     return not isinstance(sight, _FileSight) and not sight.has_room
 
 
