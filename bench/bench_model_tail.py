@@ -357,8 +357,8 @@ def grid_ceiling_one(args) -> dict:
     scale 1 / epsilon per cell (one grid: no composition), negative values kept (no bias); an event's score is
     minus the noisy mass of the cells whose centres lie within g x r of it, for every (f, g) of GRID_WIDTHS x
     GRID_RADII, and the same cells with exact counts (ties broken at random: integer masses tie at the
-    threshold). Beside it the default model on the same rows and ONE noisy
-    count within r per event (``oracle_one``)."""
+    threshold). Beside it the default model on the same rows and ONE noisy count within r per event
+    (``oracle_one``)."""
     name, size, seed = args
     from scipy.spatial import cKDTree
 
