@@ -546,19 +546,19 @@ class _FileSight:
     def blind(self) -> bool:
         return self.measured.excess <= 0.0
 
+    @property
+    def has_room(self) -> bool:
+        """A file's anomalies are always weighed (``Sight.has_room`` is the probe's own)."""
+        return True
+
     def as_dict(self) -> dict:
         return {"file": self.name, **self.measured.as_dict()}
-
-
-def _without_room(sight) -> bool:
-    """The synthetic probe found no feature to push an event outside of (``Sight.has_room``): it measured nothing."""
-    return not isinstance(sight, _FileSight) and not sight.has_room
 
 
 def _seen(v, sight):
     """A visibility for surge events as the model weighs them: an event pushed outside the
     reference bulk brings ``sight`` of excess, not the 1 - rate of an event weighing fully."""
-    if sight is None or _without_room(sight):
+    if sight is None or not sight.has_room:  # the probe had nowhere to push an event: it weighed nothing
         return v
     excess = max(1.0 - v.rate, 1e-9)
     share = 1.0 if sight.sight <= 0 else min(1.0, v.smallest_surge_share * excess / min(sight.sight, excess))
@@ -579,7 +579,7 @@ def _flagged(sight) -> str:
                 f"events{labelled}),")
     if sight is None:
         return ""
-    if _without_room(sight):
+    if not sight.has_room:
         return (", of events that weigh fully (the synthetic probe cannot weigh this model: its reference data fills every "
                 "feature's public range, so no event lies outside it; `--anomalies FILE` weighs your own),")
     return f", at the weight the model gives events far outside its reference data ({sight.sight:.2f} each),"
