@@ -391,8 +391,8 @@ def grid_ceiling_section(seeds: int, jobs: int) -> str:
     rows = run_all(grid_ceiling_one, [(n, s, seed) for n, s in GRID_CASES for seed in range(seeds)], jobs)
     lines = ["| set | ref rows | exact kNN TPR at 1 % | the default model (its bins) | one noisy count within r | "
              "best grid of noisy counts (cell width, ball radius) | the same cells, exact counts |", "|---|---|---|---|---|---|---|"]
-    for name, size in GRID_CASES:
-        rs = [r for r in rows if (r["set"], r["size"]) == (name, size)]
+    cases = {case: [r for r in rows if (r["set"], r["size"]) == case] for case in GRID_CASES}
+    for (name, size), rs in cases.items():
         best = max(rs[0]["grids"], key=lambda fg: np.mean([r["grids"][fg][0] for r in rs]))
         mean = {c: np.mean([r[c] for r in rs]) for c in ("exact kNN", "default", "one count")}
         lines.append(f"| {name} | {rs[0]['n_ref']:,} | {mean['exact kNN']:.2f} | {mean['default']:.2f} ({rs[0]['bins'][0]}) | "
@@ -401,8 +401,7 @@ def grid_ceiling_section(seeds: int, jobs: int) -> str:
     pairs = list(rows[0]["grids"])
     lines += ["", "Every pair, noisy counts (cell width / ball radius, in r):", "",
               "| set | ref rows | " + " | ".join(f"{f:g} / {g:g}" for f, g in pairs) + " |", "|---|---|" + "---|" * len(pairs)]
-    for name, size in GRID_CASES:
-        rs = [r for r in rows if (r["set"], r["size"]) == (name, size)]
+    for (name, size), rs in cases.items():
         lines.append(f"| {name} | {rs[0]['n_ref']:,} | " + " | ".join(f"{np.mean([r['grids'][fg][0] for r in rs]):.2f}" for fg in pairs) + " |")
     took = time.perf_counter() - t0
     return ("### The most a grid of noisy counts could flag at 1 % (2026-12-07)\n\n"
