@@ -438,8 +438,20 @@ def by_weekday(results: list[dict]) -> str:
                 spread = ", ".join(f"{3 * k:02d}-{3 * k + 3:02d} h {c}" for k, c in enumerate(hours) if c)
                 warned = [r["budget_warning"] for r in runs if "budget_warning" in r]
                 said = f"; `monitor budget` warns at the end of {sum(warned)} of {len(warned)} runs" if warned else ""
-                lines.append(f"- {people:,} / {label}: {days} (by hour: {spread}){said}")
+                lines.append(f"- {people:,} / {label}: {days} (by hour: {spread}){said}{_second_week(runs)}")
     return "\n".join(lines)
+
+
+def _second_week(runs: list[dict]) -> str:
+    """The expected false pages per 30 days from each quiet run's eighth day on (a week of history:
+    the same weekday a week back exists), where the runs are that long."""
+    long = [r for r in runs if r["quiet_days"] > 7 and "quiet_chance_at" in r]
+    if not long:
+        return ""
+    wpd = round(len(long[0]["quiet_chance_at"]) / long[0]["quiet_days"])
+    expected = sum(sum(r["quiet_chance_at"][7 * wpd:]) for r in long)
+    days = sum(r["quiet_days"] - 7 for r in long)
+    return f"; from day 8 (a week of history): expected {30 * expected / days:.2f} per 30 days over {days:.0f} days"
 
 
 def per_set(results: list[dict]) -> str:

@@ -1,7 +1,7 @@
 """How long `monitor run`'s start-up re-read of the alarm's history takes (not a test: a timing).
 
-Fills a topic on the embedded broker with the reference's whole reach (600 five-minute windows,
-2 days and 2 hours) of ``--people`` people, one event each per window, records the 600 windows
+Fills a topic on the embedded broker with what a restart rebuilds (``rebuilt_windows``: 600
+five-minute windows, 2 days and 2 hours) of ``--people`` people, one event each per window, records the 600 windows
 as released in a fresh ledger, and runs ``monitor.pipeline.history.rebuild_history`` as the
 service does at start (read, validate, bound, score, learn), then the read alone.
 
@@ -57,7 +57,7 @@ def main() -> None:
         KafkaAdminClient(bootstrap_servers=bootstrap).create_topics([NewTopic("events", args.partitions, 1)])
         ledger = WindowLedger(cfg.budget.ledger)
         releaser = WindowReleaser(cfg, BudgetAccountant.from_settings(ledger, cfg.budget), model, rng=0)
-        reach = releaser.reference.reach_windows
+        reach = releaser.reference.rebuilt_windows
         end = float(int(time.time() // size) * size)
         first = end - reach * size
         producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=50, batch_size=1 << 20, enable_idempotence=False)

@@ -99,8 +99,8 @@ def main() -> None:
 `OMP_NUM_THREADS=1 python bench/bench_reach.py` (seed {args.seed}): 1,000 simulated wearables through the real
 `WindowReleaser`, the shipped `config.yaml` (budget epsilon {config.budget.epsilon:g} a rolling day, 5-minute windows,
 the reach {plan.reach_seconds / 3600:.0f} h), 7 days each; surges of 5 % of the people. "Before" charged each run from
-its first window only, which the rolling-period bound did not cover (a person's day-old windows are read by the next
-two days' runs). Worst rolling day: the ledger's spend in the worst 24 hours from the second day on; quiet UTC day: the
+its first window only, which the rolling-period bound did not cover (a person's windows are read by the runs of the
+next two days, and of the week after on a day unlike the days before it). Worst rolling day: the ledger's spend in the worst 24 hours from the second day on; quiet UTC day: the
 worst period ending at midnight after a day without a surge.
 
 | scenario | charge | worst rolling day | worst quiet UTC day | pages | surges paged in window 1 | false pages | windows suppressed | runs opened |

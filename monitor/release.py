@@ -558,9 +558,10 @@ class WindowReleaser:
         reach before the query's own (``RhythmReference.reach_windows``). So the run is charged
         from its first window less that reach, in periods already past, which must still pay
         (docs/budget.md, "What a run reads"). Where they cannot (a day of pages spent them), the
-        run reads less: the recent windows only, or its own windows (``reach_choices``), the
-        longest over which the budget pays the threshold and a page (else the threshold alone). A
-        public choice: the ledger and the calendar."""
+        run reads less: two days only (no week-old set, which also needs room for
+        ``report.reserve_pages`` more pages), the recent windows only, or its own windows
+        (``reach_choices``), the longest over which the budget pays the threshold and a page (else
+        the threshold alone). A public choice: the ledger and the calendar."""
         if not self._fits(window, cost, kind="alarm_run"):
             return None
         reach = self._run_reach(window, self._with_page(cost))
@@ -581,8 +582,13 @@ class WindowReleaser:
         ``need``, or None (the plain statistic's reach is 0: it reads its own window only)."""
         if self.reference is None:
             return 0 if self.accountant.fits_span(window.start, window.end, need, "alarm_run") else None
+        # The week-old set only where the budget keeps room for report.reserve_pages pages after it: its
+        # charge counts in a week of periods, which a day of many pages would otherwise fill for the runs
+        # after it (docs/budget.md, "What a run reads").
+        spare = self.config.report.reserve_pages * self.config.alarm.epsilon_page
         for reach in self.reference.reach_choices():
-            if self.accountant.fits_span(window.start - reach * self.reference.window_seconds, window.end, need, "alarm_run"):
+            cost = (need[0] + spare, need[1]) if self.reference.reads_week(reach) else need
+            if self.accountant.fits_span(window.start - reach * self.reference.window_seconds, window.end, cost, "alarm_run"):
                 return reach
         return None
 

@@ -143,7 +143,7 @@ def test_the_outline_counts_the_predictions_cubes_window_by_window(paged):
     negative = 0
     for j in range(3 * 288):
         if j > 20:
-            mode, predictions, _ = ref._sets(j)
+            mode, predictions, _, _ = ref._sets(j)
             merged: dict[int, float] = {}
             for windows, coefficients in predictions[0] if predictions else ():
                 for w, c in zip(windows, coefficients):
@@ -1000,6 +1000,27 @@ def test_days_that_are_no_guide_still_guard_the_first_days_trend():
     assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == days_before
 
 
+def test_the_same_weekday_a_week_back_holds_a_day_the_days_before_do_not_foretell():
+    """A step at the hour the same weekday had it a week back, on a day whose rates differ from the
+    days before (the Monday after a weekend): neither the day's own trend and level nor the days
+    before foretell it; last week's same day does, and holds the statistic from above within a tenth
+    of the margin. A run that reads two days back only (its budget paid no more) does not see it."""
+    day = 288
+    step = lambda j: 2400 if (j // day) % 7 == 0 and j % day >= 100 else 400  # noqa: E731  (every 7th day)
+    index = 7 * day + 100
+    ref = _one_person(step, index)
+    ref.days_alike = False
+    now = np.array([step(index)])
+    mode, predictions, _, week = ref._sets(index)
+    assert mode == "recent" and week
+    trend, days_before, level, week_before = ref._statistics(predictions, now, ["a"], 0, 4096, 0.0)
+    assert trend == days_before == level == 2000 and week_before == 800  # 2400 - (400 + 1600 - 400)
+    assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 800 + 20
+    ref.run_reach_windows, ref.run_first_index = ref.reach_choices()[1], index  # two days and two hours
+    assert ref.reach_choices()[0] == ref.reach_windows and not ref._sets(index)[3]
+    assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 2000
+
+
 def test_a_day_that_paged_is_not_held_by_the_days_before():
     """After a page today the days before did not foretell the day, so they no longer hold its
     first day's predictions: the same step as above, on days alike, is compared with the day's own
@@ -1012,7 +1033,7 @@ def test_a_day_that_paged_is_not_held_by_the_days_before():
     for j in range(index):
         ref.learn_one(j, np.array([step(j)]), ["a"], paged=j == 2 * day + 40)
     now = np.array([step(index)])
-    mode, predictions, _ = ref._sets(index)
+    mode, predictions, _, _ = ref._sets(index)
     trend, level = ref._statistics(predictions, now, ["a"], 0, 4096, 0.0)
     assert mode == "recent" and trend == level == 2000
     assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 2000

@@ -198,7 +198,7 @@ def test_alarm_pages_on_a_clustered_surge_and_stays_quiet_otherwise(tmp_path, vi
     (_, _, run_start, run_end, _, _), = ledger.span_charges("alarm_run")
     (_, _, page_start, page_end, page_eps, _), = ledger.span_charges("alarm_page")
     reach = reference_for(config.alarm, 300).reach_seconds
-    assert reach == 600 * 300  # two days and the two hours before the day-old sets
+    assert reach == 2040 * 300  # a week and the two hours before the week-old set
     assert (page_start, page_end) == (run_start, run_end) == (records[11]["window_start"] - reach, 86400.0)
     assert page_eps == config.alarm.epsilon_page and records[24]["alarm_detail"]["run"] == records[20]["alarm_detail"]["run"]
 

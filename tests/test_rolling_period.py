@@ -181,7 +181,7 @@ class _Unbounded:
 
 
 def _read(ref, index: int, steady_line: bool) -> set[int]:
-    _, predictions, _ = ref._sets(index, steady_line)
+    _, predictions, _, _ = ref._sets(index, steady_line)
     return {j for parts in predictions for windows, _ in parts for j in windows}
 
 
@@ -193,15 +193,18 @@ SETTINGS = [dict(recent_windows=4, seasonal_windows=3), dict(recent_windows=4, s
 @pytest.mark.parametrize("settings", SETTINGS)
 @pytest.mark.parametrize("seed", range(3))
 def test_the_reference_reads_nothing_beyond_its_reach_and_keeps_all_it_reads(settings, seed):
-    """Random histories with gaps (the monitor not running) and marked windows (pages, holds):
-    every window any comparison reads lies within ``reach_windows`` before it, and the
-    reference that forgets beyond its reach reads exactly what one that forgets nothing does."""
+    """Random histories with gaps (the monitor not running), marked windows (pages, holds) and days
+    alike or not (the week back read where not): every window any comparison reads lies within
+    ``reach_windows`` before it, and the reference that forgets beyond its reach reads exactly what
+    one that forgets nothing does."""
     rng = np.random.default_rng(seed)
     period = 24
     bounded, unbounded = _Unbounded.make(window_seconds=300, period_seconds=300 * period, **settings)
     reach = bounded.reach_windows
     deepest = 0
-    for i in range(6 * period):
+    for i in range(10 * period):
+        if i % period == 0:
+            bounded.days_alike = unbounded.days_alike = bool(rng.random() < 0.5)
         for steady_line in (False, True):
             read = _read(unbounded, i, steady_line)
             assert read == _read(bounded, i, steady_line)
@@ -218,15 +221,20 @@ def test_the_reference_reads_nothing_beyond_its_reach_and_keeps_all_it_reads(set
 def test_the_rhythm_reach_is_attained_where_bridges_and_fills_go_furthest():
     """Marked windows around the day-old sets' hour before, on both days: the fill from the other
     day is marked too, so the bridge reaches recent_windows below the second day's hour before,
-    2 periods and 2 x recent_windows back: the reach, and no less."""
+    2 periods and 2 x recent_windows back: the two days' reach (``reach_choices``), and no less. On
+    a day unlike the days before, the week-old set's bridge reaches recent_windows below its hour
+    before: 7 periods and 2 x recent_windows, the reach."""
     period, recent = 24, 4
     ref, _ = _Unbounded.make(window_seconds=300, period_seconds=300 * period, recent_windows=recent, seasonal_windows=3)
-    i = 3 * period
-    marked = (set(range(i - 2 * period - 2 * recent + 1, i - 2 * period)) | set(range(i - period - 2 * recent + 1, i - period)))
+    i = 8 * period
+    marked = (set(range(i - 2 * period - 2 * recent + 1, i - 2 * period)) | set(range(i - period - 2 * recent + 1, i - period))
+              | set(range(i - 7 * period - 2 * recent + 1, i - 7 * period)))
     for j in range(i):
         ref.learn_one(j, np.array([1]), ("p",), paged=j in marked)
-    assert ref.reach_windows == 2 * period + 2 * recent
-    assert i - min(_read(ref, i, False)) == ref.reach_windows
+    assert ref.reach_choices()[:2] == (7 * period + 2 * recent, 2 * period + 2 * recent)
+    assert i - min(_read(ref, i, False)) == 2 * period + 2 * recent
+    ref.days_alike = False
+    assert ref.reach_windows == 7 * period + 2 * recent == i - min(_read(ref, i, False))
 
 
 def test_a_run_that_reads_less_is_charged_less_far_back(tmp_path, vitals_model):
@@ -237,13 +245,13 @@ def test_a_run_that_reads_less_is_charged_less_far_back(tmp_path, vitals_model):
     ref = RhythmReference(300, recent_windows=4, seasonal_windows=3, period_seconds=300 * 24)
     for j in range(3 * 24):
         ref.learn_one(j, np.array([64, 0]), ("a", "b"))
-    full, recent, none = ref.reach_choices()
-    assert full == ref.reach_windows > recent > none == 0
+    full, days, recent, none = ref.reach_choices()
+    assert full == ref.reach_windows > days > recent > none == 0
     for reach in ref.reach_choices():
         ref.run_reach_windows = reach
         read = _read(ref, 3 * 24, False)
         assert not read or 3 * 24 - min(read) <= reach
-        assert ref.outline(3 * 24)[0] == {full: "rhythm", recent: "recent", 0: "baseline"}[reach]
+        assert ref.outline(3 * 24)[0] == {full: "rhythm", days: "rhythm", recent: "recent", 0: "baseline"}[reach]
 
 
 @pytest.mark.parametrize("settings", SETTINGS)
@@ -303,6 +311,28 @@ def test_a_run_the_budget_paid_no_reach_compares_with_its_own_windows(tmp_path, 
     assert all(oldest >= first for _, oldest, first in read.values())
     modes = [mode for index, (mode, _, first) in sorted(read.items()) if index >= first + 5]
     assert modes and "baseline" not in modes and "recent" in modes
+
+
+def test_a_run_reads_the_week_back_only_where_the_budget_keeps_room_for_more_pages(tmp_path, vitals_model):
+    """A run whose charge reaches a week back counts in a week of periods; it is opened with that reach only
+    where those periods still pay its threshold, a page and ``report.reserve_pages`` pages more, else with two
+    days' (the shorter reach's periods holding the same spend but for the week-old ones)."""
+    config = _config(tmp_path, epsilon=12.0)
+    ledger = WindowLedger(config.budget.ledger)
+    releaser = WindowReleaser(config, BudgetAccountant(ledger, 12.0, 0.0, config.budget.period_seconds, "basic"),
+                              vitals_model, rng=0)
+    ref, a = releaser.reference, config.alarm
+    t = 10 * DAY * W
+    window = ClosedWindow(t, t + W, np.zeros((0, len(VITAL_FEATURES))), np.zeros(0, bool), (), ())
+    need = releaser._with_page((a.epsilon_threshold, 0.0))
+    assert ref.reads_week(ref.reach_windows) and releaser._run_reach(window, need) == ref.reach_windows
+    spare = config.report.reserve_pages * a.epsilon_page
+    five_days_back = t - 5 * DAY * W
+    ledger.add_charge("alarm_page", five_days_back, five_days_back + W, 12.0 - need[0] - spare - 0.01)
+    assert releaser._run_reach(window, need) == ref.reach_windows  # room for the spare pages, just
+    ledger.add_charge("alarm_page", five_days_back, five_days_back + W, 0.02)
+    days = ref.reach_choices()[1]
+    assert not ref.reads_week(days) and releaser._run_reach(window, need) == days
 
 
 # -- a restart: the reference's history rebuilt from the windows already released

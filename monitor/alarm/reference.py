@@ -11,13 +11,13 @@ linear combination of u's own earlier values, its coefficients chosen from publi
     B_ui = sum_{j in TT_i} c_ij A_uj                  ("recent", less than a day, or paged today)
     B_ui = 0                                                      ("baseline", no history yet)
 
-T_i: the last ``recent_windows``; Y_di: ``seasonal_windows`` centred on i, d days back, for the
-last SEASONAL_DAYS days; YT_di the recent windows before those. The recent mode's line through
+T_i: the last ``recent_windows``; Y_di: ``seasonal_windows`` centred on i, d days back (the last
+SEASONAL_DAYS days), YT_di the recent windows before those. The recent mode's line through
 ``steady_windows`` is held by the line through ``trend_windows`` and that line by the level,
 each within a public margin; from the second day the steady line comes first where the
-release asks (``steady_line``); each mode is held from above by the other's prediction. Windows
-that paged or held (``learn_one(paged=...)``) are bridged or filled (``_bridged``). Each rule's reason and the
-figures that chose it: docs/alarm.md and docs/benchmarks/alarm-rhythm.md ("Trial history").
+release asks (``steady_line``); each mode is held from above by the other's prediction, the recent
+mode also by the rhythm prediction from d = 7 (the same weekday) where kept. Marked windows are
+bridged or filled (``_bridged``). Reasons and figures: docs/benchmarks/alarm-rhythm.md ("Trial history").
 
 The statistic is a_i = sum_u clip(A_ui - B_ui - beta P_ui, -L, 1) in integer units of
 1 / RESOLUTION (``A - B`` rounded, then clipped): L is the top of the run's tau band plus its
@@ -222,16 +222,36 @@ class RhythmReference:
         The first day's fits look back at most 4 x their window count (``_last``), then bridge a
         marked window across up to ``recent_windows`` more; the rhythm mode's day-old sets reach
         ``SEASONAL_DAYS`` periods and the hour before them back, a fill moves the first day's onto
-        the second's, and a bridge there ``recent_windows`` further. The history keeps exactly
-        this much (``learn_one``), so no comparison can read further.
+        the second's, and a bridge there ``recent_windows`` further; the recent mode's week-old set
+        (``WEEK_DAYS``) reaches as far before its own day. The history keeps exactly this much
+        (``learn_one``), so no comparison can read further.
 
         >>> RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36).reach_windows
+        2040
+        """
+        return max(self._recent_reach, self._days_reach(WEEK_DAYS))
+
+    def _days_reach(self, days: int) -> int:
+        # A day-old set reaches max(recent, half_seasonal) before its day, its bridges recent further.
+        if self.period is None:
+            return 0
+        return days * self.period + self.recent_windows + max(self.recent_windows, self.half_seasonal)
+
+    @property
+    def rebuilt_windows(self) -> int:
+        """How many windows before the next a restart rebuilds (``monitor.pipeline.history``): the two
+        days' reach, not the week's, so that the re-read of 10,000 people's history stays within its
+        time limit. Runs are still charged over ``reach_windows``; the week-old set comes back a week
+        after the restart.
+
+        >>> RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36).rebuilt_windows
         600
         """
-        # A day-old set reaches max(recent, half_seasonal) before its day, its bridges recent further.
-        days = (SEASONAL_DAYS * self.period + self.recent_windows + max(self.recent_windows, self.half_seasonal)
-                if self.period is not None else 0)
-        return max(self._recent_reach, days)
+        return max(self._recent_reach, self._days_reach(SEASONAL_DAYS))
+
+    def reads_week(self, reach: int) -> bool:
+        """Whether a run of this reach (``reach_choices``) may read the week-old set."""
+        return reach > self.rebuilt_windows
 
     @property
     def _recent_reach(self) -> int:
@@ -240,15 +260,15 @@ class RhythmReference:
 
     def reach_choices(self) -> tuple[int, ...]:
         """The reaches a run may read over before its first window, longest first: every window the
-        reference keeps, the recent windows only (the first day's predictions, whatever history there
-        is), or none (the plain statistic until the run has answered windows of its own,
-        ``_oldest_read``). A run takes the longest whose charge the budget pays (the releaser, from
+        reference keeps, the two days back only (no week-old set), the recent windows only (the first
+        day's predictions, whatever history there is), or none (the plain statistic until the run has
+        answered windows of its own, ``_oldest_read``). A run takes the longest whose charge the budget pays (the releaser, from
         the ledger: public), and sets ``run_reach_windows`` and ``run_first_index``.
 
         >>> RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36).reach_choices()
-        (600, 156, 0)
+        (2040, 600, 156, 0)
         """
-        return tuple(sorted({self.reach_windows, self._recent_reach, 0}, reverse=True))
+        return tuple(sorted({self.reach_windows, self._days_reach(SEASONAL_DAYS), self._recent_reach, 0}, reverse=True))
 
     def _oldest_read(self, index: int) -> int:
         """The oldest window a query at ``index`` may read: ``reach_windows`` back, but not before the
@@ -291,7 +311,11 @@ class RhythmReference:
         keep_from = int(index) + 1 - self.reach_windows  # what compare(index + 1) may read, no more
         for old in [k for k in self._windows if k < keep_from]:
             del self._windows[old]
-            self._scores.pop(old, None)
+        # Scores only over the two days' reach: after a relevel the week-old set waits a week for windows
+        # at the new levels, and a week's history is half the size (32-bit unit ids too).
+        scores_from = int(index) + 1 - self.rebuilt_windows
+        for old in [k for k in self._scores if k < scores_from]:
+            del self._scores[old]
         if len(self._ids) > 4 * max(1, sum(v[0].size for v in self._windows.values())) + 1024:
             self._compact()
 
@@ -304,11 +328,11 @@ class RhythmReference:
 
     def _unit_ids(self, entities: Sequence[str | None], n: int) -> np.ndarray:
         if not entities or any(e is None for e in entities):
-            return np.full(n, -1, dtype=np.int64)  # each event its own unit
+            return np.full(n, -1, dtype=np.int32)  # each event its own unit
         if len(entities) != n:
             raise ValueError("one entity per event is needed")
         get = self._ids.setdefault
-        return np.fromiter((get(e, len(self._ids)) for e in entities), dtype=np.int64, count=n)
+        return np.fromiter((get(e, len(self._ids)) for e in entities), dtype=np.int64, count=n).astype(np.int32)
 
     def _compact(self) -> None:
         """Renumber the units still in the history (units that left long ago are forgotten)."""
@@ -319,7 +343,8 @@ class RhythmReference:
         lookup = np.full(max(alive, default=-1) + 2, -1, dtype=np.int64)
         for old, i in new.items():
             lookup[old] = i
-        self._windows = {k: (np.where(ids >= 0, lookup[ids], -1), u, p) for k, (ids, u, p) in self._windows.items()}
+        self._windows = {k: (np.where(ids >= 0, lookup[ids], -1).astype(np.int32), u, p)
+                         for k, (ids, u, p) in self._windows.items()}
 
     def __deepcopy__(self, memo: dict) -> "RhythmReference":
         # The releaser snapshots state before each window; the stored arrays are never
@@ -402,13 +427,14 @@ class RhythmReference:
         day = math.floor(index * self.window_seconds / 86400.0 + 1e-9)
         return (day + 3) % 7 in self.weekend_days  # 1970-01-01, day 0, was a Thursday (3)
 
-    def _sets(self, index: int, steady_line: bool = False) -> tuple[ReferenceMode, list[Prediction], bool]:
-        """The mode, its predictions, each a list of parts (windows, their coefficients), and
-        whether the first is the steady line, which its guards hold from both sides: public (the
-        calendar, which windows the monitor released and ``steady_line``, as in ``outline``). The
-        first prediction is the mode's own and gives the threshold; the others guard it (``compare``
-        takes the lowest statistic, each guard's with its margin): in the rhythm mode the day's own
-        trend, in the recent mode the days before where there are any, and the level."""
+    def _sets(self, index: int, steady_line: bool = False) -> tuple[ReferenceMode, list[Prediction], bool, bool]:
+        """The mode, its predictions, each a list of parts (windows, their coefficients), whether
+        the first is the steady line, which its guards hold from both sides, and whether the last is
+        the same weekday a week back: public (the calendar, which windows the monitor released and
+        ``steady_line``, as in ``outline``). The first prediction is the mode's own and gives the
+        threshold; the others guard it (``compare`` takes the lowest statistic, each guard's with its
+        margin): in the rhythm mode the day's own trend, in the recent mode the days before where
+        there are any, the level, and the week before where it was kept."""
         self._floor = self._oldest_read(index)
         paged_today = self._paged_today(index)
         # Neither mode reads the days before after a page today.
@@ -423,13 +449,13 @@ class RhythmReference:
             # trend over it: a day whose morning rises sooner or faster than the days before did is not a surge.
             steady = self._steady_part(index) if steady_line else None
             predictions = ([[steady]] if steady else []) + [days_before] + ([[trend]] if trend else [])
-            return "rhythm", predictions, steady is not None
+            return "rhythm", predictions, steady is not None, False
         # Less than a day of history, days that are no guide, or a day that paged: the first day's
         # predictions. On days that are no guide the days before (where there are any) hold them, as the
         # trend holds the rhythm mode's; not after a page today, whose day the days before did not foretell
         # (on steady traffic they then held down 3 % of the day's later surges).
         if trend is None:
-            return "baseline", [], False
+            return "baseline", [], False, False
         predictions = [[trend]] + ([days_before] if days_before is not None else [])
         predictions.append([self._first_day_part(recent, np.full(len(recent), 1.0 / len(recent)))])
         # The steady line first (the smallest spread on steady traffic; the short line guards its
@@ -437,19 +463,26 @@ class RhythmReference:
         steady = self._steady_part(index)
         if steady:
             predictions.insert(0, [steady])
-        return "recent", predictions, steady is not None
+        # The same weekday a week back holds them all from above, last (``compare``): the Monday after a
+        # weekend is last Monday's shape, which the line through its last hours misses at every bend.
+        week_before = None if paged_today else self._days_before(index, [WEEK_DAYS])
+        if week_before is not None:
+            predictions.append(week_before)
+        return "recent", predictions, steady is not None, week_before is not None
 
-    def _days_before(self, index: int) -> "Prediction | None":
+    def _days_before(self, index: int, days: "Sequence[int] | None" = None) -> "Prediction | None":
         """The rhythm mode's prediction of window ``index``: the level of the last ``recent_windows``
         plus the shape, at this hour minus the hour before, averaged over the days there are (a surge
-        one day weighs half as much with two); None before a day of history (module docstring)."""
+        one day weighs half as much with two); None before a day of history (module docstring).
+        ``days``: how many days back to look (default: the last SEASONAL_DAYS of the same kind)."""
         recent = self._last(index, self.recent_windows)
         if self.period is None or len(recent) < self.recent_windows:
             return None
-        # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
-        # Friday with another shape.
-        kind = self._kind(index)
-        days = [d for d in range(1, SEASONAL_DAYS + 1) if self._kind(index - d * self.period) == kind]
+        if days is None:
+            # Only days of the same kind (weekday or weekend, when they differ): Saturday is not
+            # Friday with another shape.
+            kind = self._kind(index)
+            days = [d for d in range(1, SEASONAL_DAYS + 1) if self._kind(index - d * self.period) == kind]
         # A marked window of one day-old set is filled from the same hour of the other days kept, nearest first.
         shapes = [p for p in (self._day_shape(index - d * self.period,
                                               [(d - e) * self.period for e in sorted(days, key=lambda e: abs(e - d)) if e != d])
@@ -496,7 +529,7 @@ class RhythmReference:
         ``steady_line``: in the rhythm mode, the steady line (``steady_windows``) comes first, held by the
         rhythm prediction (``compare``); the release asks for it where the released profile is straight
         over the line's span (``baseline.profile_straight``). Without it the rhythm prediction alone."""
-        mode, predictions, _ = self._sets(int(index), steady_line)
+        mode, predictions, _, _ = self._sets(int(index), steady_line)
         squares, cubes, prediction = _described(predictions)
         return mode, squares, self.trend_error if mode == "recent" else 0.0, cubes, prediction
 
@@ -524,7 +557,9 @@ class RhythmReference:
         statistic held within that tenth of the rhythm prediction's. Over them, the other mode's
         own prediction plus that tenth, where lower: the trend's in the rhythm mode (a morning that
         rises sooner than the days before did), the days before's in the recent mode (a step at the
-        hour the days before had it, on a day whose rates differ). Each of these is a minimum or
+        hour the days before had it, on a day whose rates differ), and in the recent mode the same
+        weekday a week back's plus that tenth, where lower and kept (the Monday after a weekend, a
+        day the days before do not foretell and last week's same day does). Each of these is a minimum or
         maximum of statistics that one person moves within the run's interval, plus public
         margins, so it moves within that interval too."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
@@ -534,10 +569,11 @@ class RhythmReference:
             raise ValueError(f"level_slope must be a non-negative number, got {level_slope!r}")
         if int(level_margin) != level_margin or level_margin < 0:
             raise ValueError(f"level_margin must be a non-negative integer, got {level_margin!r}")
-        mode, predictions, steady = self._sets(int(index), steady_line)
+        mode, predictions, steady, week = self._sets(int(index), steady_line)
         if not predictions:
             return Comparison(int(units.sum()) - m * int(units.size), "baseline")
         first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
+        week_before = [others.pop()] if week else []
         # The level (last) counts where it is lower by the margin; the short line under the steady one
         # where it is lower by a share of it (at 0 its own noise took the steady line's smaller spread back).
         guard_margin = int(level_margin) // GUARD_DIVISOR
@@ -555,7 +591,7 @@ class RhythmReference:
                 # and missed the surges there (docs/benchmarks/alarm-rhythm.md, "Trial history").
                 first = max(first, min(others[:-1]) - guard_margin)
             margins = [guard_margin] * (len(others) - 1) + [int(level_margin)]
-        statistic = min([first] + [s + margin for s, margin in zip(others, margins)])
+        statistic = min([first] + [s + margin for s, margin in zip(others + week_before, margins + [guard_margin])])
         squares, cubes, prediction = _described(predictions)
         return Comparison(statistic, mode, squares, self.trend_error if mode == "recent" else 0.0, slope, cubes, prediction)
 

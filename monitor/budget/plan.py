@@ -97,6 +97,9 @@ class BudgetPlan:
     reach_seconds: float = 0.0
     # The shorter reaches a run reads over where the full one's periods cannot pay (``reach_choices``).
     fallback_reach_seconds: tuple[float, ...] = ()
+    # Pages a new run that reads the whole reach leaves room for (``report.reserve_pages``; the release's
+    # ``_run_reach``): a week of periods is not filled by one day of pages.
+    reach_spare_pages: int = 0
     run_seconds: float = 86400.0
     warmup_cost: Cost = (0.0, 0.0)
     count_cost: Cost = (0.0, 0.0)
@@ -105,7 +108,8 @@ class BudgetPlan:
     def with_reach(self, reach_seconds: float) -> "BudgetPlan":
         """The plan of runs that read ``reach_seconds`` of history."""
         runs = math.ceil((self.period_seconds + reach_seconds) / self.run_seconds - 1e-9) + 1
-        return dataclasses.replace(self, reach_seconds=reach_seconds, runs_per_period=runs, fallback_reach_seconds=())
+        return dataclasses.replace(self, reach_seconds=reach_seconds, runs_per_period=runs, fallback_reach_seconds=(),
+                                   reach_spare_pages=0)
 
     @property
     def counted_seconds(self) -> float:
@@ -192,7 +196,9 @@ class BudgetPlan:
                              for p in shorter)
             return head + (f"{self.pages_per_period} page(s) in any {duration(self.counted_seconds)} (a run is charged "
                            f"from {duration(self.reach_seconds)} before its first window: its queries read that much of "
-                           "each person's history); where those periods are spent a new run reads less"
+                           "each person's history" + (f"; a new run reads that far only while {self.reach_spare_pages} more "
+                                                      "pages would fit" if self.reach_spare_pages else "")
+                           + "); where those periods are spent a new run reads less"
                            + (f" ({less})" if less else "") + ", then the alarm says 'suppressed' until the oldest charge "
                            "leaves the rolling period")
         return head + (f"{self.pages_per_period} page(s) per period; after that the alarm says 'suppressed' until the "
@@ -261,6 +267,7 @@ def plan_from_config(config) -> BudgetPlan:
         warmup_seconds=a.baseline_warmup_seconds,
         fallback_reach_seconds=() if reference is None else tuple(
             w * reference.window_seconds for w in reference.reach_choices()[1:]),
+        reach_spare_pages=r.reserve_pages if reference is not None and reference.reads_week(reference.reach_windows) else 0,
     )
 
 

@@ -1,14 +1,15 @@
 """At start, the alarm's rhythm history re-read from the input topic (no release, no charge).
 
-With ``alarm.follow_rhythm`` the releaser's rhythm reference keeps about two days of each
+With ``alarm.follow_rhythm`` the releaser's rhythm reference keeps up to a week of each
 person's weights in memory (``RhythmReference.reach_windows``), and a restart loses them: the
 alarm then compares with the plain baseline, then the first day's trend, and with the days
 before only once a day has passed (docs/benchmarks/alarm-rhythm.md, "A restart on rhythmic
 traffic"). What the trust boundary still holds of those days is the input topic, so stage 2
 re-reads it before its first release:
 
-- the span: from the next window to release less the reach (what its comparison may read) to
-  the end of the ledger's last released window;
+- the span: from the next window to release less the two days' reach (``rebuilt_windows``: what
+  its comparison reads but the week-old set, whose re-read would take 3.4 times as long) to the
+  end of the ledger's last released window;
 - every partition of the input topic, assigned (no consumer group: stage 1's offsets are not
   touched), from ``offsets_for_times`` at the span's start less a window and the lateness (a
   record's event time may be that far past its timestamp and still pass the horizon), up to
@@ -357,12 +358,12 @@ def rebuild_history(config, bootstrap, releaser, ledger, resume_start: float | N
     last = ledger.last_released()
     if last is None:
         return None  # a first start: no history was lost
-    reach = reference.reach_seconds
+    reach = reference.rebuilt_windows * reference.window_seconds
     span = history_span(reach, last.window_end, resume_start)
     topic = config.stream.input_topic
     if span is None:
-        log.warning("the alarm's history is not rebuilt: the last released window ended at %s, more than the alarm's "
-                    "reach (%s) before the next window; %s, %s", iso(last.window_end), duration(reach), _LOST, RESTART_COST)
+        log.warning("the alarm's history is not rebuilt: the last released window ended at %s, more than what a "
+                    "restart rebuilds (%s) before the next window; %s, %s", iso(last.window_end), duration(reach), _LOST, RESTART_COST)
         return Rebuilt(0, 0, 0, None, None, 0.0, True)
     starts = [e.window_start for e in ledger.entries(since=span[0])
               if e.released and e.window_start >= span[0] - 1e-9 and e.window_end <= span[1] + 1e-9]
@@ -399,7 +400,7 @@ def rebuild_history(config, bootstrap, releaser, ledger, resume_start: float | N
         covered = starts[read.skipped] if read.skipped < len(starts) else span[1]
         part = f"the last {duration(span[1] - covered)} of {whole}"
     line = (f"rebuilt the alarm's history from {learnt} windows ({read.events} events) of the input topic {topic}: "
-            f"{part} released within its reach ({duration(reach)}), read in {took:.1f} s ({read.records} records); "
+            f"{part} released within what a restart rebuilds ({duration(reach)}), read in {took:.1f} s ({read.records} records); "
             "nothing published or charged")
     if read.timed_out:
         log.warning("%s; the read stopped after %.0f s with %d of the %d released windows learnt: the later ones are "
