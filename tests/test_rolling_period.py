@@ -201,13 +201,14 @@ def test_the_reference_reads_nothing_beyond_its_reach_and_keeps_all_it_reads(set
     period = 24
     bounded, unbounded = _Unbounded.make(window_seconds=300, period_seconds=300 * period, **settings)
     reach = bounded.reach_windows
-    deepest = 0
+    deepest, week_back = 0, 0
     for i in range(10 * period):
         if i % period == 0:
             bounded.days_alike = unbounded.days_alike = bool(rng.random() < 0.5)
         for steady_line in (False, True):
             read = _read(unbounded, i, steady_line)
             assert read == _read(bounded, i, steady_line)
+            week_back += bounded._sets(i, steady_line)[3]
             if read:
                 deepest = max(deepest, i - min(read))
                 assert i - min(read) <= reach, (i, sorted(read)[:3], reach)
@@ -215,7 +216,7 @@ def test_the_reference_reads_nothing_beyond_its_reach_and_keeps_all_it_reads(set
             units, paged = rng.integers(0, 65, size=5), bool(rng.random() < 0.4)
             for ref in (bounded, unbounded):
                 ref.learn_one(i, units, tuple(f"p{k}" for k in range(5)), paged=paged)
-    assert deepest > 0
+    assert deepest > 7 * period and week_back > 0  # the week-old set was read
 
 
 def test_the_rhythm_reach_is_attained_where_bridges_and_fills_go_furthest():
