@@ -231,7 +231,7 @@ class AlarmSettings(_Strict):
         default_factory=list, description="With follow_rhythm: days of the week (UTC; 0 = Monday ... 6 = Sunday) whose "
         "make-up differs from the other days', e.g. [5, 6]. The rhythm reference then compares a day only with the last "
         "days of its own kind within two days, and a day with none (a Saturday, a Monday) follows the last hour's trend, "
-        "as a first day does, held by the same weekday a week back once there is one. [] (default): every day alike, "
+        "as a first day does, held by each of the last three days and the same weekday a week back. [] (default): every day alike, "
         "and a day whose released rates differ from the days before is treated so."
     )
     trend_error: float = Field(

@@ -993,8 +993,9 @@ def test_days_that_are_no_guide_still_guard_the_first_days_trend():
     ref = _one_person(step, index)
     ref.days_alike = False
     now = np.array([step(index)])
-    trend, days_before, level = ref._statistics(ref._sets(index)[1], now, ["a"], 0, 4096, 0.0)
+    trend, days_before, level, *one_day = ref._statistics(ref._sets(index)[1], now, ["a"], 0, 4096, 0.0)
     assert ref.outline(index)[0] == "recent" and trend == level == 2000 and days_before < 1000
+    assert one_day == [days_before] * 2  # each day alone: the same step at the same hour
     assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == days_before + 20
     ref.days_alike = True
     assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == days_before
@@ -1003,22 +1004,40 @@ def test_days_that_are_no_guide_still_guard_the_first_days_trend():
 def test_the_same_weekday_a_week_back_holds_a_day_the_days_before_do_not_foretell():
     """A step at the hour the same weekday had it a week back, on a day whose rates differ from the
     days before (the Monday after a weekend): neither the day's own trend and level nor the days
-    before foretell it; last week's same day does, and holds the statistic from above within a tenth
-    of the margin. A run that reads two days back only (its budget paid no more) does not see it."""
+    before, together or each alone, foretell it; last week's same day does, and holds the statistic
+    from above within a tenth of the margin. A run that reads two days back only (its budget paid no
+    more) does not see it."""
     day = 288
     step = lambda j: 2400 if (j // day) % 7 == 0 and j % day >= 100 else 400  # noqa: E731  (every 7th day)
     index = 7 * day + 100
     ref = _one_person(step, index)
     ref.days_alike = False
     now = np.array([step(index)])
-    mode, predictions, _, week = ref._sets(index)
-    assert mode == "recent" and week
-    trend, days_before, level, week_before = ref._statistics(predictions, now, ["a"], 0, 4096, 0.0)
-    assert trend == days_before == level == 2000 and week_before == 800  # 2400 - (400 + 1600 - 400)
+    mode, predictions, _, singles = ref._sets(index)
+    assert mode == "recent" and singles == 4  # 1, 2, 3 and 7 days back
+    trend, days_before, level, *one_day, week_before = ref._statistics(predictions, now, ["a"], 0, 4096, 0.0)
+    assert trend == days_before == level == 2000 and one_day == [2000] * 3
+    assert week_before == 800  # 2400 - (400 + 1600 - 400)
     assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 800 + 20
     ref.run_reach_windows, ref.run_first_index = ref.reach_choices()[1], index  # two days and two hours
-    assert ref.reach_choices()[0] == ref.reach_windows and not ref._sets(index)[3]
+    assert ref.reach_choices()[0] == ref.reach_windows and ref._sets(index)[3] == 2  # 1 and 2 days back only
     assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 2000
+
+
+def test_the_day_before_a_weekend_holds_the_monday_after_it_in_the_first_week():
+    """The first week has no week-old day: the Monday after a weekend (days 1 and 2 here) is held by the
+    day three back on its own, Friday, whose step the weekend days and their mean do not have."""
+    day = 288
+    step = lambda j: 400 if (j // day) in (1, 2) or j % day < 100 else 2400  # noqa: E731
+    index = 3 * day + 100
+    ref = _one_person(step, index)
+    ref.days_alike = False
+    now = np.array([step(index)])
+    mode, predictions, _, singles = ref._sets(index)
+    assert mode == "recent" and singles == 3
+    trend, days_before, level, one, two, three = ref._statistics(predictions, now, ["a"], 0, 4096, 0.0)
+    assert trend == days_before == level == one == two == 2000 and three == 800
+    assert ref.compare(index, now, ["a"], m=0, low_units=4096, level_margin=200).statistic == 800 + 20
 
 
 def test_a_day_that_paged_is_not_held_by_the_days_before():

@@ -16,7 +16,7 @@ SEASONAL_DAYS days), YT_di the recent windows before those. The recent mode's li
 ``steady_windows`` is held by the line through ``trend_windows`` and that line by the level,
 each within a public margin; from the second day the steady line comes first where the
 release asks (``steady_line``); each mode is held from above by the other's prediction, the recent
-mode also by the rhythm prediction from d = 7 (the same weekday) where kept. Marked windows are
+mode also by the rhythm prediction from each of d = 1, 2, 3, 7 alone where kept. Marked windows are
 bridged or filled (``_bridged``). Reasons and figures: docs/benchmarks/alarm-rhythm.md ("Trial history").
 
 The statistic is a_i = sum_u clip(A_ui - B_ui - beta P_ui, -L, 1) in integer units of
@@ -71,6 +71,10 @@ SEASONAL_DAYS = 2
 DAYS_CHANGE_RATIO = 1.3
 DAYS_CHANGE_DAYS = 3  # the days compared with, and the one before them
 WEEK_DAYS = 7  # a week: the same weekday's released rate says whether today will differ from the days before
+# On a day unlike the days before, the recent mode is held from above by the rhythm prediction from each
+# of these days back on its own: the Monday after a weekend is Friday's shape (3) or last Monday's (7),
+# the Tuesday Monday's (1), not the mean of Monday's and Sunday's (docs/benchmarks/alarm-rhythm.md).
+SINGLE_DAYS = (1, 2, 3, WEEK_DAYS)
 
 
 @dataclass(frozen=True)
@@ -427,14 +431,14 @@ class RhythmReference:
         day = math.floor(index * self.window_seconds / 86400.0 + 1e-9)
         return (day + 3) % 7 in self.weekend_days  # 1970-01-01, day 0, was a Thursday (3)
 
-    def _sets(self, index: int, steady_line: bool = False) -> tuple[ReferenceMode, list[Prediction], bool, bool]:
+    def _sets(self, index: int, steady_line: bool = False) -> tuple[ReferenceMode, list[Prediction], bool, int]:
         """The mode, its predictions, each a list of parts (windows, their coefficients), whether
-        the first is the steady line, which its guards hold from both sides, and whether the last is
-        the same weekday a week back: public (the calendar, which windows the monitor released and
-        ``steady_line``, as in ``outline``). The first prediction is the mode's own and gives the
+        the first is the steady line, which its guards hold from both sides, and how many of the last
+        are single days back (``SINGLE_DAYS``): public (the calendar, which windows the monitor
+        released and ``steady_line``, as in ``outline``). The first prediction is the mode's own and gives the
         threshold; the others guard it (``compare`` takes the lowest statistic, each guard's with its
         margin): in the rhythm mode the day's own trend, in the recent mode the days before where
-        there are any, the level, and the week before where it was kept."""
+        there are any, the level, and each single day back where it was kept."""
         self._floor = self._oldest_read(index)
         paged_today = self._paged_today(index)
         # Neither mode reads the days before after a page today.
@@ -449,13 +453,13 @@ class RhythmReference:
             # trend over it: a day whose morning rises sooner or faster than the days before did is not a surge.
             steady = self._steady_part(index) if steady_line else None
             predictions = ([[steady]] if steady else []) + [days_before] + ([[trend]] if trend else [])
-            return "rhythm", predictions, steady is not None, False
+            return "rhythm", predictions, steady is not None, 0
         # Less than a day of history, days that are no guide, or a day that paged: the first day's
         # predictions. On days that are no guide the days before (where there are any) hold them, as the
         # trend holds the rhythm mode's; not after a page today, whose day the days before did not foretell
         # (on steady traffic they then held down 3 % of the day's later surges).
         if trend is None:
-            return "baseline", [], False, False
+            return "baseline", [], False, 0
         predictions = [[trend]] + ([days_before] if days_before is not None else [])
         predictions.append([self._first_day_part(recent, np.full(len(recent), 1.0 / len(recent)))])
         # The steady line first (the smallest spread on steady traffic; the short line guards its
@@ -463,12 +467,10 @@ class RhythmReference:
         steady = self._steady_part(index)
         if steady:
             predictions.insert(0, [steady])
-        # The same weekday a week back holds them all from above, last (``compare``): the Monday after a
-        # weekend is last Monday's shape, which the line through its last hours misses at every bend.
-        week_before = None if paged_today else self._days_before(index, [WEEK_DAYS])
-        if week_before is not None:
-            predictions.append(week_before)
-        return "recent", predictions, steady is not None, week_before is not None
+        # Each single day back (SINGLE_DAYS) holds them all from above, last (``compare``): the Monday after a
+        # weekend is Friday's or last Monday's shape, which the line through its last hours misses at every bend.
+        singles = [] if paged_today else [p for p in (self._days_before(index, [d]) for d in SINGLE_DAYS) if p is not None]
+        return "recent", predictions + singles, steady is not None, len(singles)
 
     def _days_before(self, index: int, days: "Sequence[int] | None" = None) -> "Prediction | None":
         """The rhythm mode's prediction of window ``index``: the level of the last ``recent_windows``
@@ -558,8 +560,9 @@ class RhythmReference:
         own prediction plus that tenth, where lower: the trend's in the rhythm mode (a morning that
         rises sooner than the days before did), the days before's in the recent mode (a step at the
         hour the days before had it, on a day whose rates differ), and in the recent mode the same
-        weekday a week back's plus that tenth, where lower and kept (the Monday after a weekend, a
-        day the days before do not foretell and last week's same day does). Each of these is a minimum or
+        weekday a week back's, and each of the last three days' on its own, plus that tenth, where lower
+        and kept (the Monday after a weekend, a day the days before do not foretell and Friday or last
+        week's same day does). Each of these is a minimum or
         maximum of statistics that one person moves within the run's interval, plus public
         margins, so it moves within that interval too."""
         units = np.asarray(units, dtype=np.int64).reshape(-1)
@@ -569,11 +572,11 @@ class RhythmReference:
             raise ValueError(f"level_slope must be a non-negative number, got {level_slope!r}")
         if int(level_margin) != level_margin or level_margin < 0:
             raise ValueError(f"level_margin must be a non-negative integer, got {level_margin!r}")
-        mode, predictions, steady, week = self._sets(int(index), steady_line)
+        mode, predictions, steady, singles = self._sets(int(index), steady_line)
         if not predictions:
             return Comparison(int(units.sum()) - m * int(units.size), "baseline")
         first, *others = self._statistics(predictions, units, entities, m, low_units, slope)
-        week_before = [others.pop()] if week else []
+        single_days, others = others[len(others) - singles:], others[:len(others) - singles]
         # The level (last) counts where it is lower by the margin; the short line under the steady one
         # where it is lower by a share of it (at 0 its own noise took the steady line's smaller spread back).
         guard_margin = int(level_margin) // GUARD_DIVISOR
@@ -591,7 +594,7 @@ class RhythmReference:
                 # and missed the surges there (docs/benchmarks/alarm-rhythm.md, "Trial history").
                 first = max(first, min(others[:-1]) - guard_margin)
             margins = [guard_margin] * (len(others) - 1) + [int(level_margin)]
-        statistic = min([first] + [s + margin for s, margin in zip(others + week_before, margins + [guard_margin])])
+        statistic = min([first] + [s + margin for s, margin in zip(others, margins)] + [s + guard_margin for s in single_days])
         squares, cubes, prediction = _described(predictions)
         return Comparison(statistic, mode, squares, self.trend_error if mode == "recent" else 0.0, slope, cubes, prediction)
 
