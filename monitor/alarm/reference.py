@@ -244,7 +244,7 @@ class RhythmReference:
     @property
     def rebuilt_windows(self) -> int:
         """How many windows before the next a restart rebuilds (``monitor.pipeline.history``): the two
-        days' reach, not the week's, so that the re-read of 10,000 people's history stays within its
+        days' reach (the shorter one a run may read, ``reach_choices``), not the week's, so that the re-read of 10,000 people's history stays within its
         time limit. Runs are still charged over ``reach_windows``; the week-old set comes back a week
         after the restart.
 
@@ -272,7 +272,7 @@ class RhythmReference:
         >>> RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36).reach_choices()
         (2040, 600, 156, 0)
         """
-        return tuple(sorted({self.reach_windows, self._days_reach(SEASONAL_DAYS), self._recent_reach, 0}, reverse=True))
+        return tuple(sorted({self.reach_windows, self.rebuilt_windows, self._recent_reach, 0}, reverse=True))
 
     def _oldest_read(self, index: int) -> int:
         """The oldest window a query at ``index`` may read: ``reach_windows`` back, but not before the
@@ -336,7 +336,7 @@ class RhythmReference:
         if len(entities) != n:
             raise ValueError("one entity per event is needed")
         get = self._ids.setdefault
-        return np.fromiter((get(e, len(self._ids)) for e in entities), dtype=np.int64, count=n).astype(np.int32)
+        return np.fromiter((get(e, len(self._ids)) for e in entities), dtype=np.int32, count=n)
 
     def _compact(self) -> None:
         """Renumber the units still in the history (units that left long ago are forgotten)."""
