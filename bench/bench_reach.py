@@ -33,9 +33,11 @@ from monitor.data.traffic import Traffic, plan_surges  # noqa: E402
 from monitor.pipeline.windows import ClosedWindow  # noqa: E402
 from monitor.release import WindowReleaser  # noqa: E402
 
-# (name, people, surge share, surges per day, days)
-SCENARIOS = [("quiet", 1_000, 0.0, 0, 7), ("a surge a day", 1_000, 0.05, 1, 7), ("six surges a day", 1_000, 0.05, 6, 7),
-             ("twelve surges a day", 1_000, 0.05, 12, 7)]
+# (name, people, surge share, surges per day, days, a restart each day at noon)
+SCENARIOS = [("quiet", 1_000, 0.0, 0, 7, False), ("a surge a day", 1_000, 0.05, 1, 7, False),
+             ("six surges a day", 1_000, 0.05, 6, 7, False), ("twelve surges a day", 1_000, 0.05, 12, 7, False),
+             ("a surge a day, a restart a day", 1_000, 0.05, 1, 7, True),
+             ("six surges a day, a restart a day", 1_000, 0.05, 6, 7, True)]
 
 
 class _ChargedFromFirstWindow(WindowReleaser):
@@ -45,7 +47,16 @@ class _ChargedFromFirstWindow(WindowReleaser):
         return window.start if self._fits(window, cost, kind="alarm_run") else None
 
 
-def run(config, model, releaser_class, people: int, share: float, per_day: int, days: int, seed: int) -> dict:
+class _ChargedOverTheWholeReach(WindowReleaser):
+    """The charge before 2026-12-08's restart change: the whole reach, whatever the history held."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reference.history_from = -(1 << 40)
+
+
+def run(config, model, releaser_class, people: int, share: float, per_day: int, days: int, seed: int,
+        restarts: bool = False) -> dict:
     traffic = Traffic(people=people, days=days, window_seconds=config.window.size_seconds, seed=seed)
     surges = plan_surges(days, per_day, traffic.windows_per_day, share, rng=seed + 1)
     size = config.window.size_seconds
@@ -54,14 +65,22 @@ def run(config, model, releaser_class, people: int, share: float, per_day: int, 
         b = config.budget
         accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
         releaser = releaser_class(config, accountant, model, rng=seed + 2)
-        states, reaches = [], []
+        states, reaches, seen = [], [], []
         for i in range(traffic.n_windows):
+            if restarts and i > traffic.windows_per_day and i % traffic.windows_per_day == traffic.windows_per_day // 2:
+                # A restart at noon: a new process rebuilds the last two days (monitor.pipeline.history).
+                releaser = releaser_class(config, accountant, model, rng=seed + 2 + i)
+                rebuilt = seen[-releaser.reference.rebuilt_windows:]
+                releaser.rebuild(rebuilt, since=rebuilt[0].start)
             X, entities, _ = traffic.window(i, surges)
             window = ClosedWindow(i * size, (i + 1) * size, X, np.zeros(0, bool), (), tuple(entities))
+            if restarts:
+                seen.append(window)
             rec = json.loads(releaser.release(window, released_at=(i + 1) * size).entry.payload)
             states.append(rec["alarm_detail"]["state"])
             if any(c["kind"] == "alarm_run" and not c.get("carried_on") for c in rec["charges"]):
-                reaches.append(releaser.reference.run_reach_windows)
+                ref = releaser.reference  # a run reads less where the budget chose less than the history holds
+                reaches.append((ref.run_reach_windows, ref.run_first_index is not None and ref.held_windows(ref.run_first_index)))
         day = traffic.windows_per_day * size
         # The worst rolling 24 hours: the ledger's spend in every period ending at a window's end
         # from the second day on (the first day holds the warm-up).
@@ -74,21 +93,26 @@ def run(config, model, releaser_class, people: int, share: float, per_day: int, 
     full = plan_from_config(config).reach_seconds / size
     return {"rolling_max": max(rolling), "quiet_day_max": max(quiet_days, default=float("nan")), "pages": int(fired.sum()),
             "surges": len(surges), "first_window": in_first, "false": false, "suppressed": states.count("suppressed"),
-            "runs": len(reaches), "short_runs": sum(r is not None and r < full for r in reaches)}
+            "runs": len(reaches), "short_runs": sum(r is not None and r < min(full, held) for r, held in reaches)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--only", help="run the scenarios whose name contains this")
     args = parser.parse_args()
     config = load_config(REPO / "config.yaml")
     model = fit_model(config)
     plan = plan_from_config(config)
     rows = []
-    for name, people, share, per_day, days in SCENARIOS:
-        for label, cls in (("as shipped", WindowReleaser), ("charged from the first window (before)", _ChargedFromFirstWindow)):
-            r = run(config, model, cls, people, share, per_day, days, args.seed)
+    for name, people, share, per_day, days, restarts in SCENARIOS:
+        if args.only and args.only not in name:
+            continue
+        before = (("over the whole reach after a restart (before)", _ChargedOverTheWholeReach) if restarts else
+                  ("charged from the first window (before)", _ChargedFromFirstWindow))
+        for label, cls in (("as shipped", WindowReleaser), before):
+            r = run(config, model, cls, people, share, per_day, days, args.seed, restarts)
             paged = f"{r['first_window'] * r['surges']:.0f} of {r['surges']}" if r["surges"] else "-"
             quiet = "-" if np.isnan(r["quiet_day_max"]) else f"{r['quiet_day_max']:.2f}"
             rows.append(f"| {name} | {label} | {r['rolling_max']:.2f} | {quiet} | {r['pages']} | {paged} | "
@@ -100,8 +124,11 @@ def main() -> None:
 `WindowReleaser`, the shipped `config.yaml` (budget epsilon {config.budget.epsilon:g} a rolling day, 5-minute windows,
 the reach {plan.reach_seconds / 3600:.0f} h), 7 days each; surges of 5 % of the people. "Before" charged each run from
 its first window only, which the rolling-period bound did not cover (a person's windows are read by the runs of the
-next two days, and of the week after on a day unlike the days before it). Worst rolling day: the ledger's spend in the worst 24 hours from the second day on; quiet UTC day: the
-worst period ending at midnight after a day without a surge.
+next two days, and of the week after on a day unlike the days before it). The restart rows start a new process at noon
+each day from the second (a new releaser rebuilding the last two days, as `monitor/pipeline/history.py` does); "before"
+there charged every run over the whole reach, whatever the history held (before 2026-12-08). Worst rolling day: the
+ledger's spend in the worst 24 hours from the second day on; quiet UTC day: the worst period ending at midnight after a
+day without a surge; "read less": runs opened with a shorter reach than the history held, the budget's choice.
 
 | scenario | charge | worst rolling day | worst quiet UTC day | pages | surges paged in window 1 | false pages | windows suppressed | runs opened |
 |---|---|---:|---:|---:|---:|---:|---:|---:|

@@ -182,7 +182,7 @@ class WindowReleaser:
         self.baseline.resume(est)
         self._use_rung(self.baseline.rung)
 
-    def rebuild(self, windows: "Iterable[ClosedWindow]") -> int:
+    def rebuild(self, windows: "Iterable[ClosedWindow]", since: "float | None" = None) -> int:
         """Learn the rhythm reference's history from windows already released before a restart (their
         events, re-read from what the trust boundary still holds: the input topic's last days),
         oldest first, without releasing or charging anything. Returns how many were learnt.
@@ -192,9 +192,12 @@ class WindowReleaser:
         the events re-read. Privacy: nothing is published here; the runs opened after the restart
         read this history within their reach, which their charge covers
         ([docs/budget.md](../docs/budget.md#what-a-run-reads)). Windows outside the reach are
-        forgotten at once."""
+        forgotten at once. ``since`` (public: the span the ledger says was released) is where the
+        history may begin, whichever windows the topic still held; None: the first window learnt."""
         if self.reference is None:
             return 0
+        if since is not None:
+            self.reference.history_start(self.reference.window_index(since))
         learnt = 0
         for window in windows:
             entry = self.ledger.get(window.start)
@@ -557,9 +560,10 @@ class WindowReleaser:
         Each query of the run reads the rhythm reference's memory: a person's windows up to its
         reach before the query's own (``RhythmReference.reach_windows``). So the run is charged
         from its first window less that reach, in periods already past, which must still pay
-        (docs/budget.md, "What a run reads"). Where they cannot (a day of pages spent them), the
-        run reads less: two days only (no week-old set, which also needs room for
-        ``report.reserve_pages`` more pages), the recent windows only, or its own windows
+        (docs/budget.md, "What a run reads"), but not before the oldest window the history holds
+        (``held_windows``: a first start, a restart's two rebuilt days). Where they cannot (a day of
+        pages spent them), the run reads less: two days only (nothing further back, which also needs
+        room for ``report.reserve_pages`` more pages), the recent windows only, or its own windows
         (``reach_choices``), the longest over which the budget pays the threshold and a page (else
         the threshold alone). A public choice: the ledger and the calendar."""
         if not self._fits(window, cost, kind="alarm_run"):
@@ -586,8 +590,10 @@ class WindowReleaser:
         # charge counts in a week of periods, which a day of many pages would otherwise fill for the runs
         # after it (docs/budget.md, "What a run reads").
         spare = self.config.report.reserve_pages * self.config.alarm.epsilon_page
-        for reach in self.reference.reach_choices():
-            cost = (need[0] + spare, need[1]) if self.reference.reads_week(reach) else need
+        # No charge before what the history holds: a run reads nothing there (a first start, a restart).
+        held = self.reference.held_windows(self.reference.window_index(window.start))
+        for reach in dict.fromkeys(min(r, held) for r in self.reference.reach_choices()):
+            cost = (need[0] + spare, need[1]) if self.reference.reads_far(reach) else need
             if self.accountant.fits_span(window.start - reach * self.reference.window_seconds, window.end, cost, "alarm_run"):
                 return reach
         return None

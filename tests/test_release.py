@@ -194,12 +194,12 @@ def test_alarm_pages_on_a_clustered_surge_and_stays_quiet_otherwise(tmp_path, vi
     assert kinds == ["baseline", "alarm_run", "alarm_page", "report"]
     # The page is paid over its whole run (its noise shift covers every window the run
     # answers) and the reference's memory its queries read (the reach before its first
-    # window), and the run goes on after the hold: no new threshold is charged.
+    # window, here the first start's 11 windows: the history holds nothing older), and the
+    # run goes on after the hold: no new threshold is charged.
     (_, _, run_start, run_end, _, _), = ledger.span_charges("alarm_run")
     (_, _, page_start, page_end, page_eps, _), = ledger.span_charges("alarm_page")
-    reach = reference_for(config.alarm, 300).reach_seconds
-    assert reach == 2040 * 300  # a week and the two hours before the week-old set
-    assert (page_start, page_end) == (run_start, run_end) == (records[11]["window_start"] - reach, 86400.0)
+    assert reference_for(config.alarm, 300).reach_seconds == 2040 * 300  # a week and two hours, once held
+    assert (page_start, page_end) == (run_start, run_end) == (records[0]["window_start"], 86400.0)
     assert page_eps == config.alarm.epsilon_page and records[24]["alarm_detail"]["run"] == records[20]["alarm_detail"]["run"]
 
 
@@ -266,7 +266,7 @@ def test_a_quiet_run_goes_on_past_its_boundary_and_counts_once_in_a_period(tmp_p
     config = config.model_copy(update={"budget": config.budget.model_copy(update={"period_seconds": 3600.0})})
     records, ledger = _run(config, vitals_model, 24, [])
     runs = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_run")]
-    start = 3300.0 - reference_for(config.alarm, 300).reach_seconds  # the reference's memory is charged too
+    start = 0.0  # the reference's memory is charged too: all it holds, from the first window
     assert runs == [(start, 7200.0)]
     assert len({r["alarm_detail"]["run"] for r in records[11:]}) == 1
     carried = [(i, c["span"]) for i, r in enumerate(records) for c in r["charges"] if c.get("carried_on")]
@@ -287,8 +287,8 @@ def test_a_run_that_paged_ends_at_its_boundary_and_a_new_one_is_charged(tmp_path
     assert records[14]["alarm_detail"]["state"] == "fired"
     runs = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_run")]
     pages = [(s, e) for _, _, s, e, _, _ in ledger.span_charges("alarm_page")]
-    reach = reference_for(config.alarm, 300).reach_seconds  # each run's charge covers the memory it reads
-    assert runs == [(3300.0 - reach, 5400.0), (5400.0 - reach, 7200.0)] and pages == [(3300.0 - reach, 5400.0)]
+    # Each run's charge covers the memory it reads: here all the history holds, from the first window.
+    assert runs == [(0.0, 5400.0), (0.0, 7200.0)] and pages == [(0.0, 5400.0)]
     assert records[17]["alarm_detail"]["run"] != records[18]["alarm_detail"]["run"]
 
 

@@ -325,35 +325,43 @@ def test_a_run_reads_the_week_back_only_where_the_budget_keeps_room_for_more_pag
     ref, a = releaser.reference, config.alarm
     t = 10 * DAY * W
     window = ClosedWindow(t, t + W, np.zeros((0, len(VITAL_FEATURES))), np.zeros(0, bool), (), ())
+    ref.history_start(ref.window_index(t) - 10 * DAY)  # ten days of history
     need = releaser._with_page((a.epsilon_threshold, 0.0))
-    assert ref.reads_week(ref.reach_windows) and releaser._run_reach(window, need) == ref.reach_windows
+    assert ref.reads_far(ref.reach_windows) and releaser._run_reach(window, need) == ref.reach_windows
     spare = config.report.reserve_pages * a.epsilon_page
     five_days_back = t - 5 * DAY * W
     ledger.add_charge("alarm_page", five_days_back, five_days_back + W, 12.0 - need[0] - spare - 0.01)
     assert releaser._run_reach(window, need) == ref.reach_windows  # room for the spare pages, just
     ledger.add_charge("alarm_page", five_days_back, five_days_back + W, 0.02)
     days = ref.reach_choices()[1]
-    assert not ref.reads_week(days) and releaser._run_reach(window, need) == days
+    assert not ref.reads_far(days) and releaser._run_reach(window, need) == days
 
 
 # -- a restart: the reference's history rebuilt from the windows already released
+
+def _released(tmp_path, model, days: int, n_windows: int, surges=()):
+    """The config, ledger, accountant, releaser and traffic of a process that released the first
+    ``n_windows`` windows of ``days`` days of traffic, and those windows."""
+    config = _config(tmp_path, epsilon=50.0)
+    b = config.budget
+    ledger = WindowLedger(b.ledger)
+    accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
+    releaser = WindowReleaser(config, accountant, model, rng=2)
+    traffic = Traffic(people=200, days=days, seed=4, window_seconds=W)
+    windows = []
+    for i in range(n_windows):
+        X, entities, _ = traffic.window(i, list(surges))
+        windows.append(ClosedWindow(i * W, (i + 1) * W, X, np.zeros(0, bool), (), tuple(entities)))
+        releaser.release(windows[-1], released_at=(i + 1) * W)
+    return config, ledger, accountant, releaser, traffic, windows
+
 
 def test_a_restart_rebuilds_the_references_history_without_a_release(tmp_path, vitals_model):
     """After a restart the releaser learns the history again from the windows it already
     released (their events re-read), as its published answers marked them, and charges nothing:
     the rebuilt reference is the one the stopped process had."""
-    config = _config(tmp_path, epsilon=50.0)
-    b = config.budget
-    ledger = WindowLedger(b.ledger)
-    accountant = BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant)
-    before = WindowReleaser(config, accountant, vitals_model, rng=2)
-    traffic = Traffic(people=200, days=2, seed=4, window_seconds=W)
     surge = Surge(start=DAY + 20, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
-    windows = []
-    for i in range(DAY + 40):
-        X, entities, _ = traffic.window(i, [surge])
-        windows.append(ClosedWindow(i * W, (i + 1) * W, X, np.zeros(0, bool), (), tuple(entities)))
-        before.release(windows[-1], released_at=(i + 1) * W)
+    config, ledger, accountant, before, _, windows = _released(tmp_path, vitals_model, 2, DAY + 40, [surge])
     after = WindowReleaser(config, accountant, vitals_model, rng=3)  # the restart: no history
     assert not after.reference._windows
     charges = ledger.span_charges()  # the open run ended at the restart
@@ -370,3 +378,21 @@ def test_a_restart_rebuilds_the_references_history_without_a_release(tmp_path, v
     assert any(paged for _, paged in history(after.reference).values())  # the surge's page is marked
     index = before.reference.window_index(windows[-1].end)
     assert after.reference.outline(index) == before.reference.outline(index)
+
+
+def test_a_run_after_a_restart_is_charged_from_the_rebuilt_days_not_a_week_back(tmp_path, vitals_model):
+    """A restart rebuilds two days (``rebuilt_windows``); the run it opens reads nothing older, so
+    its charge begins where the rebuilt span does (public: the ledger's released windows), not a
+    whole reach (a week and two hours) back, and its queries read no further."""
+    config, ledger, accountant, _, traffic, windows = _released(tmp_path, vitals_model, 4, 3 * DAY)
+    after = WindowReleaser(config, accountant, vitals_model, rng=3)
+    ref = after.reference
+    rebuilt = windows[-ref.rebuilt_windows:]
+    assert after.rebuild(rebuilt, since=rebuilt[0].start) == len(rebuilt)
+    i = 3 * DAY
+    X, entities, _ = traffic.window(i, [])
+    after.release(ClosedWindow(i * W, (i + 1) * W, X, np.zeros(0, bool), (), tuple(entities)), released_at=(i + 1) * W)
+    (_, _, start, _, _, _) = ledger.span_charges("alarm_run")[-1]
+    assert start == rebuilt[0].start > i * W - ref.reach_windows * W
+    assert ref.run_reach_windows == ref.rebuilt_windows and not ref.reads_far(ref.run_reach_windows)
+    assert ref._oldest_read(i + DAY) == ref.window_index(rebuilt[0].start)  # a day on: still nothing older

@@ -199,6 +199,9 @@ class RhythmReference:
         # first window, ``run_reach_windows`` before i.
         self.run_reach_windows: int | None = None
         self.run_first_index: int | None = None
+        # The oldest window this process's history may hold (public: the first window learnt, or the
+        # span a restart rebuilt, ``history_start``): a run reads nothing before it (``held_windows``).
+        self.history_from: int | None = None
         self._floor = -math.inf  # the oldest window the current comparison may read (``_sets``)
         # Whether the last days' released rates were alike (``days_alike``; set by the releaser from
         # public values): where not, the rhythm mode gives way to the first day's predictions.
@@ -245,17 +248,34 @@ class RhythmReference:
     def rebuilt_windows(self) -> int:
         """How many windows before the next a restart rebuilds (``monitor.pipeline.history``): the two
         days' reach (the shorter one a run may read, ``reach_choices``), not the week's, so that the re-read of 10,000 people's history stays within its
-        time limit. Runs are still charged over ``reach_windows``; the week-old set comes back a week
-        after the restart.
+        time limit. Runs are then charged over what the history holds (``held_windows``), and the
+        3-day-old and week-old sets come back 3 days and a week after the restart.
 
         >>> RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36).rebuilt_windows
         600
         """
         return max(self._recent_reach, self._days_reach(SEASONAL_DAYS))
 
-    def reads_week(self, reach: int) -> bool:
-        """Whether a run of this reach (``reach_choices``) may read the week-old set."""
+    def reads_far(self, reach: int) -> bool:
+        """Whether a run of this reach (``reach_choices``, ``held_windows``) may read further back than
+        the two days a restart rebuilds: the 3-day-old set, and the week-old one."""
         return reach > self.rebuilt_windows
+
+    def held_windows(self, index: int) -> int:
+        """How many windows before ``index`` this process's history may hold (public, ``history_from``):
+        a run opening at ``index`` reads no further back, so its charge need not begin earlier. On a
+        first start that is the windows since it; after a restart, the two days it rebuilt and the
+        windows since, until the history has filled its reach again.
+
+        >>> ref = RhythmReference(300, recent_windows=12, seasonal_windows=5, steady_windows=36)
+        >>> ref.history_start(10_000 - ref.rebuilt_windows); ref.held_windows(10_000)
+        600
+        """
+        return 0 if self.history_from is None else max(0, int(index) - self.history_from)
+
+    def history_start(self, index: int) -> None:
+        """The history may hold windows from ``index`` on (a restart's rebuilt span, from the ledger)."""
+        self.history_from = int(index) if self.history_from is None else min(self.history_from, int(index))
 
     @property
     def _recent_reach(self) -> int:
@@ -309,6 +329,8 @@ class RhythmReference:
         if units.size and (units.min() < 0 or units.max() > self.resolution):
             raise ValueError(f"weight units must be in [0, {self.resolution}]")
         units = units.astype(self._unit_dtype)
+        if self.history_from is None:
+            self.history_from = int(index)
         self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
         if scores is not None:
             self._scores[int(index)] = np.asarray(scores, dtype=np.float32).reshape(units.shape)

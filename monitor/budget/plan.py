@@ -267,7 +267,7 @@ def plan_from_config(config) -> BudgetPlan:
         warmup_seconds=a.baseline_warmup_seconds,
         fallback_reach_seconds=() if reference is None else tuple(
             w * reference.window_seconds for w in reference.reach_choices()[1:]),
-        reach_spare_pages=r.reserve_pages if reference is not None and reference.reads_week(reference.reach_windows) else 0,
+        reach_spare_pages=r.reserve_pages if reference is not None and reference.reads_far(reference.reach_windows) else 0,
     )
 
 

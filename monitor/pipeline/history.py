@@ -27,9 +27,10 @@ re-reads it before its first release:
   ``WindowReleaser.rebuild``, which learns only the windows the ledger holds as released.
 
 Nothing is published, charged or dead-lettered. The read is of raw data inside the trust
-boundary; the runs that read the rebuilt history are charged over their reach
-(docs/budget.md, "What a run reads"). The read stops after ``REBUILD_TIMEOUT_S``: the windows
-read completely by then are learnt, the rest are not, with a warning.
+boundary; the runs that read the rebuilt history are charged over their reach, from the span's
+start at the earliest (``RhythmReference.held_windows``; docs/budget.md, "What a run reads").
+The read stops after ``REBUILD_TIMEOUT_S``: the windows read completely by then are learnt, the
+rest are not, with a warning.
 """
 
 from __future__ import annotations
@@ -380,7 +381,7 @@ def rebuild_history(config, bootstrap, releaser, ledger, resume_start: float | N
     try:
         read = HistoryRead(consumer, topic, schema, config.window.size_seconds, config.window.allowed_lateness_seconds,
                            starts, timeout_s=timeout_s, stop=stop)
-        learnt = releaser.rebuild(_once_any_event(read.windows()))
+        learnt = releaser.rebuild(_once_any_event(read.windows()), since=span[0])
     finally:
         consumer.close(autocommit=False)
     took = time.monotonic() - began
