@@ -555,6 +555,40 @@ def trend_errors(base: MonitorConfig, sets: list[str], rhythms: list[str], peopl
     return out
 
 
+def first_day_misses(base: MonitorConfig, sets: list[str], label: str, seeds: range, quiet_days: int,
+                     people: int = 1500, swing: float = 0.3) -> str:
+    """``--first-day-misses``: on each quiet run's first day (the traffic ``run_config`` replays, the same
+    seeds), how far each line and parabola through the last windows, extrapolated one window, misses the
+    TRUE expected flagged weight of the window (events, before any sampling noise; positive: the prediction
+    lies under it, which lifts the statistic toward a page). The first day's predictions are these lines;
+    a parabola is what a curved ramp would need."""
+    size = base.window.size_seconds
+    wpd = int(round(86400 / size))
+    warm = int(math.ceil(base.alarm.baseline_warmup_seconds / size))
+    fits = {f"line {base.alarm.steady_windows}": (base.alarm.steady_windows, 1),
+            f"line {base.alarm.trend_windows}": (base.alarm.trend_windows, 1),
+            "parabola 18": (18, 2), "parabola 24": (24, 2), "parabola 36": (36, 2)}
+    coef = {k: (np.vander([float(n)], d + 1) @ np.linalg.pinv(np.vander(np.arange(n, dtype=float), d + 1))).ravel()
+            for k, (n, d) in fits.items()}
+    lines = ["| set | seed | window of the short line's largest miss | expected weight there | " + " | ".join(coef) + " |",
+             "|---|---|---|---|" + "---|" * len(coef)]
+    for name in sets:
+        for seed in seeds:
+            _, _, T, A, bounds, _, _, pool_weight, _ = fit_set(base, name, seed)
+            rhythm = parse_rhythm(label)
+            first_day = first_day_of(rhythm, seed, "quiet")
+            if curve_target(label) is not None:
+                rhythm = curve_strength(rhythm, curve_target(label), T, pool_weight[:, 0], first_day, quiet_days, wpd)
+            traffic = RowTraffic(T, A, bounds, people=people, days=quiet_days, window_seconds=size, swing=swing,
+                                 seed=seed * 7 + 1, rhythm=rhythm, first_day=first_day)
+            g = np.array([np.atleast_1d(traffic.expected(i, pool_weight))[0] * traffic.online(i) for i in range(wpd)])
+            miss = {k: np.array([g[i] - c @ g[i - c.size:i] for i in range(warm, wpd)]) for k, c in coef.items()}
+            at = int(np.argmax(miss[f"line {base.alarm.trend_windows}"]))
+            lines.append(f"| {name} | {seed} | {warm + at} ({(warm + at) * size / 3600:.2f} h) | {g[warm + at]:.0f} | "
+                         + " | ".join(f"{m[at]:.1f} (largest {m.max():.1f})" for m in miss.values()) + " |")
+    return "\n".join(lines)
+
+
 def trend_error_table(rows: list[dict]) -> str:
     lines = ["| data set | rhythm | flagged weight's swing (max / mean) | trend's miss / normal count: root mean square | largest |",
              "|---|---|---|---|---|"]
@@ -592,6 +626,8 @@ def main() -> None:
     ap.add_argument("--appendix", type=Path, help="a markdown file written at the section's end (e.g. a before and after)")
     ap.add_argument("--write", action="store_true", help="write the section of docs/benchmarks/alarm-rhythm.md")
     ap.add_argument("--trend-error", action="store_true", help="how far the first day's trend misses each rhythm (no replay)")
+    ap.add_argument("--first-day-misses", action="store_true", help="how far the first day's lines and a parabola miss "
+                    "the true expected weight of each quiet run's first day (no replay; --rhythms: one)")
     ap.add_argument("--check-curve", action="store_true", help="check bench/curves/taylor.csv against pmdarima (extra 'curves')")
     args = ap.parse_args()
     if args.check_curve:
@@ -614,6 +650,10 @@ def main() -> None:
         if args.write:
             write_run("alarm-trend-error", "How far the first day's trend misses each rhythm",
                       f"{TREND_ERROR_PREFACE}\n\n{table}", time.perf_counter() - t0, one_core=False)
+        return
+    if args.first_day_misses:
+        print(first_day_misses(base, sets, rhythms[0], range(args.first_seed, args.first_seed + seeds), args.quiet_days,
+                               *(scales[0][:1] if args.scales else ())))
         return
     results: list[dict] = []
     for path in args.from_json or []:

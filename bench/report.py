@@ -30,6 +30,7 @@ PAGES: dict[str, str] = {
     "model-tail-depths": "model.md",
     "model-tail-ceiling": "model.md",
     "model-tail-grid-ceiling": "model.md",
+    "model-tail-race": "model.md",
     "calibration": "calibration.md",
     "budget": "budget.md",
     "budget-reach": "budget.md",
