@@ -115,12 +115,15 @@ def test_a_restart_rebuilds_the_alarms_history_from_the_input_topic(kafka_bootst
     while second.history is None and time.monotonic() < deadline and thread.is_alive():
         time.sleep(0.01)
     rebuilt = second.history
-    after = history(second.publisher.releaser.reference, only=set(before))  # the windows released before
+    reference = second.publisher.releaser.reference
+    after = history(reference, only=set(before))  # the windows released before
     second.stop()
     finish(thread)
 
     assert rebuilt is not None and rebuilt.windows == len(released) and rebuilt.complete
     assert after == before
+    # Runs after the restart are charged from the rebuilt span on at the earliest (what the history holds).
+    assert reference.history_from == reference.window_index(rebuilt.span[0])
     assert rebuilt.events == sum(len(v[0]) for v in before.values())
     line = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rebuilt the alarm's history")]
     assert len(line) == 1 and f"from {len(released)} windows ({rebuilt.events} events)" in line[0], line
