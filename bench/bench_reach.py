@@ -36,7 +36,7 @@ from monitor.release import WindowReleaser  # noqa: E402
 # (name, people, surge share, surges per day, days, a restart each day at noon)
 SCENARIOS = [("quiet", 1_000, 0.0, 0, 7, False), ("a surge a day", 1_000, 0.05, 1, 7, False),
              ("six surges a day", 1_000, 0.05, 6, 7, False), ("twelve surges a day", 1_000, 0.05, 12, 7, False),
-             ("a surge a day, a restart a day", 1_000, 0.05, 1, 7, True),
+             ("quiet, a restart a day", 1_000, 0.0, 0, 7, True), ("a surge a day, a restart a day", 1_000, 0.05, 1, 7, True),
              ("six surges a day, a restart a day", 1_000, 0.05, 6, 7, True)]
 
 
