@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.budget.plan import iso
+from monitor.budget.plan import duration, iso
 from tests.streamkit import wait_for
 from tests.test_first_hour import ENV, monitor, start_monitor, stop, workdir  # noqa: F401 - fixture
 
@@ -100,8 +100,12 @@ def test_budget_plan_says_what_a_restart_costs(workdir):  # noqa: F811
     config.write_text(yaml.safe_dump(data))
     res = monitor("budget", cwd=workdir)
     out = " ".join(res.stdout.split())
-    threshold = json.loads(monitor("budget", "--json", cwd=workdir).stdout)["stream"]["costs"]["alarm_run"]["epsilon"]
+    report = json.loads(monitor("budget", "--json", cwd=workdir).stdout)
+    threshold, plan = report["stream"]["costs"]["alarm_run"]["epsilon"], report["plan"]
     assert f"each restart (Ctrl-C and start again, a crash, a deploy) opens a new alarm run: epsilon {threshold:g}" in out, out
+    # Charged over what a restart rebuilds (two days and the hours before), not the whole reach (a week and them).
+    assert 0 < plan["restart_reach_seconds"] < plan["reach_seconds"] / 3, plan
+    assert f"from {duration(plan['restart_reach_seconds'])} before the restart on" in out, out
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
     assert "stops it cleanly; each restart opens a new alarm run: `alarm.epsilon_threshold`" in readme
 

@@ -85,6 +85,7 @@ def _plan_report(config: Any, now: float) -> dict[str, Any]:
         "reach_seconds": plan.reach_seconds,
         "counted_seconds": plan.counted_seconds,
         "restart_epsilon": plan.restart_epsilon,
+        "restart_reach_seconds": plan.restart_reach_seconds,  # what a restart's first run is charged from
         "summary": plan.summary(),
         "restart_note": plan.restart_note(),
         "first_day_epsilon": plan.first_day_epsilon,

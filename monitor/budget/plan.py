@@ -100,6 +100,9 @@ class BudgetPlan:
     # Pages a new run that reads the whole reach leaves room for (``report.reserve_pages``; the release's
     # ``_run_reach``): a week of periods is not filled by one day of pages.
     reach_spare_pages: int = 0
+    # What a restart's first run reads and is charged from: the history a restart rebuilds
+    # (``RhythmReference.rebuilt_windows``, ``held_windows``), not the whole reach.
+    restart_reach_seconds: float = 0.0
     run_seconds: float = 86400.0
     warmup_cost: Cost = (0.0, 0.0)
     count_cost: Cost = (0.0, 0.0)
@@ -230,8 +233,8 @@ class BudgetPlan:
         """One sentence on the cost of a restart (empty without the alarm)."""
         if not self.restart_epsilon:
             return ""
-        back = (f", from {duration(self.reach_seconds)} before the restart on (the history its queries read)"
-                if self.reach_seconds else "")
+        back = (f", from {duration(self.restart_reach_seconds)} before the restart on (the history a restart rebuilds "
+                "and its queries read; none where the input topic no longer holds it)" if self.restart_reach_seconds else "")
         return (f"each restart (Ctrl-C and start again, a crash, a deploy) opens a new alarm run: "
                 f"epsilon {self.restart_epsilon:g} (alarm.epsilon_threshold) more in the periods it touches{back}")
 
@@ -268,6 +271,7 @@ def plan_from_config(config) -> BudgetPlan:
         fallback_reach_seconds=() if reference is None else tuple(
             w * reference.window_seconds for w in reference.reach_choices()[1:]),
         reach_spare_pages=r.reserve_pages if reference is not None and reference.reads_far(reference.reach_windows) else 0,
+        restart_reach_seconds=0.0 if reference is None else reference.rebuilt_windows * reference.window_seconds,
     )
 
 
