@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -36,12 +37,15 @@ from monitor.alarm.calibrate import (baseline_misfit, baseline_problem, is_grade
                                      rung_levels, rung_units)
 from monitor.alarm.slack import SLACK_STEP
 from monitor.alarm.units import rhythm_interval
+from monitor.budget.run_state import forget_run, load_run, run_state_path, save_run
 from monitor.config import MonitorConfig
 from monitor.dp import noise_source
 from monitor.features import scale_to_unit
 from monitor.report import (ReportHistory, candidate_parts, grid_unusual, normal_part_shares, part_of, release_report,
                             released_parts_scale)
 from monitor.pipeline.windows import ClosedWindow
+
+log = logging.getLogger("monitor.stream")
 
 __all__ = ["release_report", "WindowReleaser", "ReleasedWindow"]
 
@@ -65,8 +69,9 @@ class WindowReleaser:
 
     One instance per process, fed every scheduled window once, oldest first. It keeps the
     alarm's and the baseline's state between windows; after a restart it resumes from
-    the ledger (the last published baseline; runs still open are closed, since their
-    noisy threshold died with the old process, so a new run is charged).
+    the ledger (the last published baseline) and goes on with a quiet run still open, whose
+    threshold noise it kept beside the ledger (``monitor.budget.run_state``); a run that paged,
+    or whose state the ledger does not confirm, is closed and a new run is charged.
 
     Parameters
     ----------
@@ -138,22 +143,86 @@ class WindowReleaser:
         # The open run's charge in the ledger; the alarm publishes the run's number instead
         # (1, 2, ... on a fresh ledger: charge ids count baselines too).
         self._run_charge_id: int | None = None
+        # Where the open run's state is kept for a restart (secret: its threshold noise).
+        self._run_file = run_state_path(self.ledger.path)
         self._resume()
 
     # -- start-up ---------------------------------------------------------------------
     def _resume(self) -> None:
         last = self.ledger.last_released()
         if last is None:
+            forget_run(self._run_file)
             return
+        kept = self._resumable_run(last.window_end)
         for kind in ("alarm_run", "alarm_page"):
             for charge_id, *_ in self.ledger.span_charges(kind, after=last.window_end):
-                self.ledger.end_charge(charge_id, last.window_end)
+                if kept is None or charge_id != kept["charge_id"]:
+                    self.ledger.end_charge(charge_id, last.window_end)
         if self.report_history is not None:  # the scheduled reports published within its span
             for entry in self.ledger.entries(since=last.window_end - self.report_history.span_seconds):
                 report = json.loads(entry.payload).get("report") if entry.payload else None
                 if report and report.get("reason") == "schedule" and report.get("where"):
                     self.report_history.add(entry.window_end, report)
         self._resume_baseline(last.window_end)
+        if kept is not None and not self._go_on_with(kept):
+            self.ledger.end_charge(kept["charge_id"], last.window_end)
+            forget_run(self._run_file)
+
+    def _go_on_with(self, kept: dict) -> bool:
+        """Take the saved run as the open one; False where it cannot go on: the levels moved since (its
+        weights are on the old scale), or its state is not one this process could have saved."""
+        if kept.get("rung") != self.rung:
+            return False
+        try:
+            reach, first = (None, None) if kept["reference"] is None else (int(kept["reference"][0]), int(kept["reference"][1]))
+            self.alarm.resume_run(kept)
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            self.alarm.close_run()
+            log.warning("the open alarm run's state %s does not describe a run (%s): a new run opens", self._run_file, err)
+            return False
+        self._run_span, self._run_charge_id = (kept["span"][0], kept["span"][1]), kept["charge_id"]
+        if self.reference is not None:
+            self.reference.run_reach_windows, self.reference.run_first_index = reach, first
+        return True
+
+    def _resumable_run(self, last_end: float) -> "dict | None":
+        """The saved state of the run still open at ``last_end``, where the ledger confirms it can go
+        on (public checks; else None, and the file is removed): its charge is the one open run, no page
+        was charged over its span (a run that paged ends at its boundary, its pages charged up to it),
+        and the alarm's epsilons and kind of statistic are the config's."""
+        state = load_run(self._run_file)
+        runs = self.ledger.span_charges("alarm_run", after=last_end)
+        pages = self.ledger.span_charges("alarm_page", after=last_end)
+        a = self.config.alarm
+        try:
+            ok = (state is not None and len(runs) == 1 and not pages and runs[0][0] == state["charge_id"]
+                  and runs[0][2] == state["span"][0] and state["epsilons"] == [a.epsilon_threshold, a.epsilon_page]
+                  and (state["reference"] is None) == (self.reference is None))
+        except (KeyError, TypeError, IndexError):
+            ok = False
+        if not ok:
+            forget_run(self._run_file)
+            return None
+        return {**state, "span": (runs[0][2], runs[0][3])}
+
+    def _keep_run(self) -> None:
+        """Save the run this window opened, after its commit (``monitor.budget.run_state``). Where the
+        file cannot be written the run still answers; a restart then opens a new one."""
+        ref = self.reference
+        try:
+            save_run(self._run_file, {"charge_id": self._run_charge_id, "span": list(self._run_span), "rung": self.rung,
+                                      "epsilons": [self.config.alarm.epsilon_threshold, self.config.alarm.epsilon_page],
+                                      "reference": None if ref is None else [ref.run_reach_windows, ref.run_first_index],
+                                      **self.alarm.run_state()})
+        except OSError as err:
+            forget_run(self._run_file)
+            log.warning("the open alarm run's state cannot be kept in %s (%s): a restart will open a new run",
+                        self._run_file, err)
+
+    def _end_run(self) -> None:
+        """Close the open run; its saved state goes with it."""
+        self.alarm.close_run()
+        forget_run(self._run_file)
 
     def _resume_baseline(self, last_end: float) -> None:
         """From the baselines the ledger's records say were in use (public): note again the daily rates
@@ -226,7 +295,7 @@ class WindowReleaser:
         self.alarm.kappa = normal_weight_moments(self.model, self.levels, self.config.alarm.contamination)[1]
         if self.alarm.run is not None and window is not None:
             self.ledger.end_charge(self._run_charge_id, window.start)
-            self.alarm.close_run()
+            self._end_run()
         if self.reference is not None:
             self.reference.relevel(lambda scores: rung_units(scores, self.levels, RESOLUTION))
 
@@ -254,6 +323,11 @@ class WindowReleaser:
         except BaseException:
             self._restore(state)
             raise
+        kinds = {c["kind"] for c in record["charges"] if not c.get("carried_on")}
+        if "alarm_page" in kinds:
+            forget_run(self._run_file)  # a run that paged ends at its boundary: no restart goes on with it
+        elif "alarm_run" in kinds:
+            self._keep_run()
         return ReleasedWindow(entry, replayed=False)
 
     def _snapshot(self) -> dict:
@@ -337,7 +411,7 @@ class WindowReleaser:
                 # The refreshed baseline left the run's tau band: the run answers no more
                 # windows (its own charge ends here), and a new run opens around the new rate.
                 self.ledger.end_charge(self._run_charge_id, window.start)
-                self.alarm.close_run()
+                self._end_run()
             # Whether the open run could pay a page: asked once a window (a ledger scan), again only
             # where another run opens below.
             run_before = self.alarm.run
@@ -347,7 +421,7 @@ class WindowReleaser:
                 # The open run's charge reaches back into periods that pages have spent, and it could
                 # never page again; a run opening now is charged from later on and can.
                 self.ledger.end_charge(self._run_charge_id, window.start)
-                self.alarm.close_run()
+                self._end_run()
             # A degenerate baseline (rate 0, too little traffic) is announced in the answer and
             # not used: no run is opened on it (docs/alarm.md).
             est = self.baseline.estimate
@@ -548,7 +622,7 @@ class WindowReleaser:
         a = self.config.alarm
         cost = (a.epsilon_threshold, 0.0)
         if self.alarm.has_paged or not self._run_can_page(window) or not self._fits(window, cost, kind="alarm_run"):
-            self.alarm.close_run()  # its charges cover no later window
+            self._end_run()  # its charges cover no later window
             return
         self._run_span = (self._run_span[0], _run_end(window.end, a.run_seconds))
         self.ledger.extend_charge(self._run_charge_id, self._run_span[1])

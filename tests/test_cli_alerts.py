@@ -102,12 +102,13 @@ def test_budget_plan_says_what_a_restart_costs(workdir):  # noqa: F811
     out = " ".join(res.stdout.split())
     report = json.loads(monitor("budget", "--json", cwd=workdir).stdout)
     threshold, plan = report["stream"]["costs"]["alarm_run"]["epsilon"], report["plan"]
-    assert f"each restart (Ctrl-C and start again, a crash, a deploy) opens a new alarm run: epsilon {threshold:g}" in out, out
+    assert ("each restart (Ctrl-C and start again, a crash, a deploy) goes on with a quiet alarm run (its noisy threshold "
+            f"kept in <ledger>.run); after a page it opens a new alarm run: epsilon {threshold:g}") in out, out
     # Charged over what a restart rebuilds (two days and the hours before), not the whole reach (a week and them).
     assert 0 < plan["restart_reach_seconds"] < plan["reach_seconds"] / 3, plan
     assert f"from {duration(plan['restart_reach_seconds'])} before the restart on" in out, out
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
-    assert "stops it cleanly; each restart opens a new alarm run: `alarm.epsilon_threshold`" in readme
+    assert "stops it cleanly; a restart goes on with a quiet alarm run, after a page opens a new one: `alarm.epsilon_threshold`" in readme
 
 
 def test_alerts_reads_a_backtests_file_without_a_config_or_a_broker(tmp_path):

@@ -18,6 +18,7 @@ from monitor.dp import laplace_count
 from monitor.model import GridKNN
 from monitor.outliers import candidate_subspaces, global_sensitivity_bound, private_count
 from monitor.alarm.reference import reference_for
+from monitor.budget.run_state import run_state_path
 from monitor.release import WindowReleaser, release_report
 from monitor.pipeline.windows import ClosedWindow
 
@@ -212,16 +213,86 @@ def test_every_window_is_charged_once_and_replayed_as_stored(tmp_path, vitals_mo
     assert ledger.charge_counts(-1e12, 1e12) == before
 
 
-def test_a_restart_closes_the_open_run_and_keeps_the_baseline(tmp_path, vitals_model):
+def _restarted(config, ledger, model, seed: int = 4) -> WindowReleaser:
+    b = config.budget
+    return WindowReleaser(config, BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant), model, rng=seed)
+
+
+def _go_on(releaser, windows: range, seed: int = 1) -> list[dict]:
+    traffic = Traffic(people=500, days=1, seed=seed)
+    out = []
+    for i in windows:
+        X, entities, _ = traffic.window(i, [])
+        w = ClosedWindow(i * 300.0, (i + 1) * 300.0, X, np.zeros(0, bool), (), tuple(entities))
+        out.append(json.loads(releaser.release(w, released_at=(i + 1) * 300.0 + 10).entry.payload))
+    return out
+
+
+def test_a_restart_goes_on_with_a_quiet_run_and_keeps_the_baseline(tmp_path, vitals_model):
+    """A quiet run is one AboveThreshold instance over a restart: the new process takes its saved
+    threshold noise, interval and band (``<ledger>.run``, owner-only), charges no new threshold and
+    answers as the same run; its charge stays open to its boundary."""
     config = _config(tmp_path)
     records, ledger = _run(config, vitals_model, 14, [])
-    open_run = ledger.span_charges("alarm_run")[-1]
-    assert open_run[3] > records[-1]["window_end"]  # recorded at its longest span
-    b = config.budget
-    releaser = WindowReleaser(config, BudgetAccountant(ledger, b.epsilon, b.delta, b.period_seconds, b.accountant), vitals_model, rng=4)
-    # The old run's noisy threshold died with the process: its span ends where it stopped.
-    assert ledger.span_charges("alarm_run")[-1][3] == records[-1]["window_end"]
-    assert releaser.baseline.estimate is not None and releaser.alarm.needs_run()
+    before = _restarted(config, ledger, vitals_model)  # what the first process held, read back
+    (charge_id, _, start, end, _, _), = ledger.span_charges("alarm_run")
+    assert end > records[-1]["window_end"]  # recorded at its longest span
+    state_file = run_state_path(config.budget.ledger)
+    assert state_file.stat().st_mode & 0o777 == 0o600
+    rho = json.loads(state_file.read_text())["rho"]
+    assert before.alarm.svt._rho == rho and before.alarm.run == records[-1]["alarm_detail"]["run"]
+    assert ledger.span_charges("alarm_run") == [(charge_id, "alarm_run", start, end, config.alarm.epsilon_threshold, 0.0)]
+    assert before.baseline.estimate is not None and not before.alarm.needs_run()
+    after = _go_on(before, range(14, 20))
+    assert [c["kind"] for r in after for c in r["charges"]] == []  # no new threshold
+    assert {r["alarm_detail"]["run"] for r in after} == {records[-1]["alarm_detail"]["run"]}
+    assert {r["alarm_detail"]["state"] for r in after} == {"quiet"}
+
+
+def test_a_restart_closes_a_run_that_paged_or_that_the_ledger_does_not_confirm(tmp_path, vitals_model):
+    """A run that paged ends at its boundary (its pages are charged up to it), so a restart closes it
+    where it stopped and a new run is charged; so too where the saved state names another charge or
+    is unreadable. The saved state of a run that ended is removed."""
+    config = _config(tmp_path)
+    surge = Surge(start=20, windows=3, share=0.2, kind="clustered", center=(84.0, 150.0))
+    records, ledger = _run(config, vitals_model, 26, [surge])
+    assert records[20]["alarm_detail"]["state"] == "fired"
+    releaser = _restarted(config, ledger, vitals_model)
+    assert ledger.span_charges("alarm_run")[-1][3] == records[-1]["window_end"] and releaser.alarm.needs_run()
+    state_file = run_state_path(config.budget.ledger)
+    assert not state_file.exists()
+    # A quiet run whose saved state was overwritten (a crash between a run's commit and its save).
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    config = _config(quiet)
+    records, ledger = _run(config, vitals_model, 14, [])
+    state_file = run_state_path(config.budget.ledger)
+    state_file.write_text(state_file.read_text().replace('"charge_id": ', '"charge_id": 9'))
+    releaser = _restarted(config, ledger, vitals_model)
+    assert ledger.span_charges("alarm_run")[-1][3] == records[-1]["window_end"] and releaser.alarm.needs_run()
+    assert not state_file.exists()
+    after = _go_on(releaser, range(14, 16))
+    assert [c["kind"] for c in after[0]["charges"]] == ["alarm_run"]
+    assert after[0]["alarm_detail"]["run"] != records[-1]["alarm_detail"]["run"]
+    state_file.write_text("{not json")  # a torn or foreign file: a new run, and the file is gone
+    releaser = _restarted(config, ledger, vitals_model, seed=5)
+    assert releaser.alarm.needs_run() and not state_file.exists()
+    _go_on(releaser, range(16, 18))  # a new run, kept; then its noise altered to one no run draws
+    state_file.write_text(state_file.read_text().replace('"rho": ', '"rho": -1'))
+    releaser = _restarted(config, ledger, vitals_model, seed=6)
+    assert releaser.alarm.needs_run() and not state_file.exists()
+    assert ledger.span_charges("alarm_run")[-1][3] == 18 * 300.0  # ended where it stopped
+
+
+def test_a_resumed_run_takes_only_a_threshold_noise_it_could_have_drawn():
+    from monitor.alarm.above_threshold import AboveThreshold
+
+    run = AboveThreshold(epsilon_threshold=0.6, epsilon_positive=0.5, width=4096, rng=1)
+    for rho in (-1, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="non-negative integer"):
+            run.resume(rho)
+    run.resume(7)
+    assert run.active and run.positives == 0 and run.test_one(10**7, 0) and not run.test_one(-10**7, 0)
 
 
 def test_a_budget_too_small_for_a_run_suppresses_the_alarm_not_the_window(tmp_path, vitals_model):

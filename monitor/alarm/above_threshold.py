@@ -104,6 +104,15 @@ class AboveThreshold:
         self._rho = self._noise.folded_discrete_laplace(self.threshold_scale)
         self.positives = 0
 
+    def resume(self, rho: int) -> None:
+        """Go on with a run begun in a stopped process, before any positive answer: the same
+        threshold noise ``rho`` (kept secret beside the ledger), so the queries after the restart
+        and before it are one run (``monitor.budget.run_state``)."""
+        if isinstance(rho, bool) or int(rho) != rho or rho < 0:
+            raise ValueError(f"a run's threshold noise is a non-negative integer, got {rho!r}")
+        self._rho = int(rho)
+        self.positives = 0
+
     def stop(self) -> None:
         """Close the run (its span ended, or a restart): the next query needs a new run."""
         self._rho = None

@@ -213,6 +213,26 @@ class SurgeAlarm:
         self.run = int(run_id)
         self._band = None if baseline is None else band_around(baseline.rate)
 
+    def run_state(self) -> dict:
+        """What ``resume_run`` needs to go on with the open run in another process: its number, its
+        interval and tau band, and its threshold noise (SECRET: ``monitor.budget.run_state``)."""
+        svt = self.svt
+        return {"run": self.run, "rho": svt._rho, "width": svt.width, "drift": svt.drift, "reach": svt.reach,
+                "band": None if self._band is None else list(self._band), "slack_units": self.slack_units}
+
+    def resume_run(self, state: dict) -> None:
+        """Go on with a quiet run a stopped process opened (its charge still open in the ledger):
+        the same threshold noise, interval and band, so its answers stay one AboveThreshold run."""
+        width, drift, reach = int(state["width"]), int(state["drift"]), int(state["reach"])
+        if state["slack_units"] is not None:
+            _check_slack(state["slack_units"])
+        self.svt.width, self.svt.drift, self.svt.reach = width, drift, reach
+        self.svt.resume(state["rho"])
+        self.run = int(state["run"])
+        self._band = None if state["band"] is None else (int(state["band"][0]), int(state["band"][1]))
+        self.slack_units = None if state["slack_units"] is None else int(state["slack_units"])
+        self._hold_left = 0
+
     def accepts(self, baseline: BaselineEstimate | None) -> bool:
         """Can the open run use ``baseline``'s rate without clamping it (public)?
 

@@ -235,7 +235,8 @@ class BudgetPlan:
             return ""
         back = (f", from {duration(self.restart_reach_seconds)} before the restart on (the history a restart rebuilds "
                 "and its queries read; none where the input topic no longer holds it)" if self.restart_reach_seconds else "")
-        return (f"each restart (Ctrl-C and start again, a crash, a deploy) opens a new alarm run: "
+        return (f"each restart (Ctrl-C and start again, a crash, a deploy) goes on with a quiet alarm run (its noisy "
+                f"threshold kept in <ledger>.run); after a page it opens a new alarm run: "
                 f"epsilon {self.restart_epsilon:g} (alarm.epsilon_threshold) more in the periods it touches{back}")
 
     def advice(self) -> str:
