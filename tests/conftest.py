@@ -64,7 +64,7 @@ def shared_datasets() -> Path:
 # worker, one file after another: two of them at once (4 workers) starved a 2-core machine until
 # windows were released half a minute late and a SIGTERM could not finish in time.
 PROCESS_HEAVY = {"test_crash.py", "test_instances.py", "test_join_crash.py", "test_broker_restart.py", "test_fuzz.py",
-                 "test_window_contents.py", "test_demo.py", "test_budget_durability.py", "test_readme_steps.py",
+                 "test_window_contents.py", "test_demo.py", "test_budget_durability.py", "test_readme_steps.py", "test_run_over_restart.py",
                  "test_service.py"}
 
 
