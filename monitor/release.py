@@ -169,9 +169,10 @@ class WindowReleaser:
             forget_run(self._run_file)
 
     def _go_on_with(self, kept: dict) -> bool:
-        """Take the saved run as the open one; False where it cannot go on: the levels moved since (its
-        weights are on the old scale), or its state is not one this process could have saved."""
-        if kept.get("rung") != self.rung:
+        """Take the saved run as the open one; False where it cannot go on: no baseline was resumed (a
+        new warm-up, which no run answers), the levels moved since (its weights are on the old scale),
+        or its state is not one this process could have saved."""
+        if self.baseline.estimate is None or kept.get("rung") != self.rung:
             return False
         try:
             reach, first = (None, None) if kept["reference"] is None else (int(kept["reference"][0]), int(kept["reference"][1]))
