@@ -274,7 +274,8 @@ class RhythmReference:
         return 0 if self.history_from is None else max(0, int(index) - self.history_from)
 
     def history_start(self, index: int) -> None:
-        """The history may hold windows from ``index`` on (a restart's rebuilt span, from the ledger)."""
+        """The history may hold windows from ``index`` on (a restart's rebuilt span, from the ledger; each
+        window learnt)."""
         self.history_from = int(index) if self.history_from is None else min(self.history_from, int(index))
 
     @property
@@ -306,6 +307,11 @@ class RhythmReference:
         return max(index - self.reach_windows, first - self.run_reach_windows)
 
     @property
+    def rebuilt_seconds(self) -> float:
+        """``rebuilt_windows`` in seconds: how far before the next window a restart re-reads."""
+        return self.rebuilt_windows * self.window_seconds
+
+    @property
     def reach_seconds(self) -> float:
         """``reach_windows`` in seconds: how far before a run's first window its charge begins."""
         return self.reach_windows * self.window_seconds
@@ -329,8 +335,7 @@ class RhythmReference:
         if units.size and (units.min() < 0 or units.max() > self.resolution):
             raise ValueError(f"weight units must be in [0, {self.resolution}]")
         units = units.astype(self._unit_dtype)
-        if self.history_from is None:
-            self.history_from = int(index)
+        self.history_start(index)
         self._windows[int(index)] = (self._unit_ids(entities, units.size), units, bool(paged))
         if scores is not None:
             self._scores[int(index)] = np.asarray(scores, dtype=np.float32).reshape(units.shape)

@@ -272,7 +272,7 @@ def plan_from_config(config) -> BudgetPlan:
         fallback_reach_seconds=() if reference is None else tuple(
             w * reference.window_seconds for w in reference.reach_choices()[1:]),
         reach_spare_pages=r.reserve_pages if reference is not None and reference.reads_far(reference.reach_windows) else 0,
-        restart_reach_seconds=0.0 if reference is None else reference.rebuilt_windows * reference.window_seconds,
+        restart_reach_seconds=0.0 if reference is None else reference.rebuilt_seconds,
     )
 
 

@@ -62,8 +62,12 @@ def load_run(path: Path) -> "dict | None":
 
 
 def forget_run(path: Path) -> None:
-    """Remove the state of a run that ended (its threshold noise is not kept longer than needed)."""
+    """Remove the state of a run that ended (its threshold noise is not kept longer than needed). A
+    file that cannot be removed is only logged: it names a run the ledger no longer holds open, so no
+    start goes on with it, and a release must not fail for it."""
     try:
         path.unlink()
     except FileNotFoundError:
         pass
+    except OSError as err:
+        log.warning("the ended alarm run's state %s cannot be removed (%s); no restart will use it", path, err)

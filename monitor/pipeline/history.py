@@ -359,7 +359,7 @@ def rebuild_history(config, bootstrap, releaser, ledger, resume_start: float | N
     last = ledger.last_released()
     if last is None:
         return None  # a first start: no history was lost
-    reach = reference.rebuilt_windows * reference.window_seconds
+    reach = reference.rebuilt_seconds
     span = history_span(reach, last.window_end, resume_start)
     topic = config.stream.input_topic
     if span is None:
