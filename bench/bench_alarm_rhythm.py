@@ -255,6 +255,22 @@ def exact_constants(n: np.ndarray, r: np.ndarray, rng: np.random.Generator, days
     return out
 
 
+def run_traffic(label: str, fitted, seed: int, kind: str, people: int, days: int, window_seconds: float,
+                swing: float, persistence: float = 0.0, absence: float = 0.0) -> RowTraffic:
+    """The traffic of one run (``kind``: "quiet" or "surge") of ``run_config``: its rhythm from the
+    label, a curve's strength for this set's flagged weight over the run's days, its first day and
+    its seed."""
+    _, _, T, A, bounds, _, _, pool_weight, _ = fitted
+    rhythm = parse_rhythm(label)
+    first_day = first_day_of(rhythm, seed, kind)
+    target = curve_target(label)
+    if target is not None:  # the strength for this set's flagged weight over this run's days
+        rhythm = curve_strength(rhythm, target, T, pool_weight[:, 0], first_day, days, int(round(86400 / window_seconds)))
+    return RowTraffic(T, A, bounds, people=people, days=days, window_seconds=window_seconds, swing=swing,
+                      seed=seed * 7 + (kind == "quiet"), rhythm=rhythm, first_day=first_day,
+                      persistence=persistence, absence=absence)
+
+
 def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[str], days: int,
                quiet_days: int, fitted=None, swing: float = 0.3, anytime: bool = True, persistence: float = 0.0,
                absence: float = 0.0):
@@ -275,14 +291,9 @@ def run_config(base: MonitorConfig, name: str, seed: int, scales, rhythms: list[
             for kind, n_days in (("quiet", quiet_days), ("surge", days)):
                 if n_days <= 0:
                     continue
-                first_day = first_day_of(rhythm, seed, kind)
-                run_rhythm = rhythm
-                if target is not None:  # the strength for this set's flagged weight over this run's days
-                    run_rhythm = curve_strength(rhythm, target, T, pool_weight[:, 0], first_day, n_days, wpd)
-                    strengths[kind] = run_rhythm.strength
-                traffic = RowTraffic(T, A, bounds, people=people, days=n_days, window_seconds=size, swing=swing,
-                                     seed=seed * 7 + (kind == "quiet"), rhythm=run_rhythm, first_day=first_day,
-                                     persistence=persistence, absence=absence)
+                traffic = run_traffic(label, fitted, seed, kind, people, n_days, size, swing, persistence, absence)
+                if target is not None:
+                    strengths[kind] = traffic.rhythm.rhythm.strength
                 surges = (plan_surges(n_days, SURGES_PER_DAY, wpd, share, rng=seed * 13 + 1, kinds=("rows",), first=warm + 1,
                                        anytime=anytime)
                           if kind == "surge" else [])
@@ -574,13 +585,9 @@ def first_day_misses(base: MonitorConfig, sets: list[str], label: str, seeds: ra
              "|---|---|---|---|" + "---|" * len(coef)]
     for name in sets:
         for seed in seeds:
-            _, _, T, A, bounds, _, _, pool_weight, _ = fit_set(base, name, seed)
-            rhythm = parse_rhythm(label)
-            first_day = first_day_of(rhythm, seed, "quiet")
-            if curve_target(label) is not None:
-                rhythm = curve_strength(rhythm, curve_target(label), T, pool_weight[:, 0], first_day, quiet_days, wpd)
-            traffic = RowTraffic(T, A, bounds, people=people, days=quiet_days, window_seconds=size, swing=swing,
-                                 seed=seed * 7 + 1, rhythm=rhythm, first_day=first_day)
+            fitted = fit_set(base, name, seed)
+            pool_weight = fitted[7]
+            traffic = run_traffic(label, fitted, seed, "quiet", people, quiet_days, size, swing)
             g = np.array([np.atleast_1d(traffic.expected(i, pool_weight))[0] * traffic.online(i) for i in range(wpd)])
             miss = {k: np.array([g[i] - c @ g[i - c.size:i] for i in range(warm, wpd)]) for k, c in coef.items()}
             at = int(np.argmax(miss[f"line {base.alarm.trend_windows}"]))
